@@ -1,0 +1,147 @@
+"""Source spans, diagnostics and the one exception type users ever see.
+
+Every stage reports problems as :class:`Diagnostic` records that carry the
+:class:`Span` of the model text that caused them. Stages collect what they
+find and raise a single :class:`PdslError` holding all of it (sorted), so a
+user fixes five unknown names in one edit, not five.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = [
+    "Span",
+    "Diagnostic",
+    "PdslError",
+    "Collector",
+    "register_source",
+    "source_text",
+    "render",
+]
+
+_SOURCES: dict[str, str] = {}
+
+
+def register_source(path: str, text: str) -> None:
+    """Remember the text of ``path`` so diagnostics can quote its lines."""
+    _SOURCES[path] = text
+
+
+def source_text(path: str) -> str | None:
+    if path in _SOURCES:
+        return _SOURCES[path]
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Span:
+    """A region of a source file: 1-based line and column, end inclusive-exclusive."""
+
+    path: str
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+
+    @staticmethod
+    def point(path: str, line: int, col: int, width: int = 1) -> "Span":
+        return Span(path, line, col, line, col + width)
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}:{self.col}"
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnostic:
+    code: str
+    message: str
+    span: Span | None = None
+    hint: str | None = None
+    severity: str = "error"
+
+    def sort_key(self) -> tuple:
+        s = self.span
+        return (0, s.path, s.line, s.col, self.code) if s else (1, "", 0, 0, self.code)
+
+
+class PdslError(Exception):
+    """A user-facing error: one or more located diagnostics."""
+
+    def __init__(self, diagnostics: "Diagnostic | list[Diagnostic] | tuple[Diagnostic, ...]"):
+        if isinstance(diagnostics, Diagnostic):
+            diagnostics = [diagnostics]
+        self.diagnostics: tuple[Diagnostic, ...] = tuple(sorted(diagnostics, key=Diagnostic.sort_key))
+        super().__init__(render(self.diagnostics, color=False))
+
+    @classmethod
+    def at(cls, code: str, message: str, span: Span | None = None, hint: str | None = None) -> "PdslError":
+        return cls(Diagnostic(code, message, span, hint))
+
+    @property
+    def codes(self) -> list[str]:
+        return [d.code for d in self.diagnostics]
+
+
+@dataclass(slots=True)
+class Collector:
+    """Gathers diagnostics during a stage; ``raise_if_any`` ends the stage."""
+
+    items: list[Diagnostic] = field(default_factory=list)
+
+    def error(self, code: str, message: str, span: Span | None = None, hint: str | None = None) -> None:
+        d = Diagnostic(code, message, span, hint)
+        if d not in self.items:
+            self.items.append(d)
+
+    def extend(self, err: PdslError) -> None:
+        for d in err.diagnostics:
+            if d not in self.items:
+                self.items.append(d)
+
+    def raise_if_any(self) -> None:
+        if self.items:
+            raise PdslError(self.items)
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+
+def _excerpt(span: Span) -> list[str]:
+    text = source_text(span.path)
+    if text is None:
+        return []
+    lines = text.splitlines()
+    if not 1 <= span.line <= len(lines):
+        return []
+    line = lines[span.line - 1].replace("\t", " ")
+    start = max(span.col, 1)
+    if span.end_line == span.line and span.end_col > span.col:
+        width = span.end_col - span.col
+    else:
+        width = max(len(line) - start + 1, 1)
+    gutter = f"{span.line:>4} | "
+    return [gutter + line, " " * (len(gutter) + start - 1) + "^" * width]
+
+
+def render(diagnostics, color: bool = False) -> str:
+    """``path:line:col: error[Code]: message``, the source line, a caret, a hint."""
+    out: list[str] = []
+    for d in diagnostics:
+        where = f"{d.span}: " if d.span else ""
+        head = f"{d.severity}[{d.code}]"
+        if color:
+            head = f"\x1b[1;31m{head}\x1b[0m"
+        out.append(f"{where}{head}: {d.message}")
+        if d.span:
+            out.extend(_excerpt(d.span))
+        if d.hint:
+            out.append(f"  = hint: {d.hint}")
+    n = sum(1 for d in diagnostics if d.severity == "error")
+    if n > 1:
+        out.append(f"{n} errors")
+    return "\n".join(out)

@@ -1,0 +1,306 @@
+"""The abstract syntax tree of a ``.phm`` file: frozen dataclasses, one span each.
+
+This module is the readable specification of every node the parser produces.
+Expressions are :class:`Expr` subclasses; statements are :class:`Stmt`
+subclasses. Nothing downstream of the parser ever sees a lark ``Tree``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..diagnostics import Span
+
+_FROZEN = dict(frozen=True, slots=True, kw_only=True)
+
+
+# ---------------------------------------------------------------- expressions
+@dataclass(**_FROZEN)
+class Expr:
+    span: Span
+
+
+@dataclass(**_FROZEN)
+class Num(Expr):
+    value: float
+    text: str
+
+
+@dataclass(**_FROZEN)
+class Name(Expr):
+    id: str
+
+
+@dataclass(**_FROZEN)
+class Neg(Expr):
+    operand: Expr
+
+
+@dataclass(**_FROZEN)
+class BinOp(Expr):
+    op: str  # one of + - * / ^
+    left: Expr
+    right: Expr
+
+
+@dataclass(**_FROZEN)
+class KwArg:
+    span: Span
+    name: str
+    value: Expr
+
+
+@dataclass(**_FROZEN)
+class Call(Expr):
+    func: Expr  # a Name, or an Attr for methods such as ``body.at(...)``
+    args: tuple[Expr, ...]
+    kwargs: tuple[KwArg, ...]
+
+
+@dataclass(**_FROZEN)
+class Generator(Expr):
+    """``sum(body for var in lo..hi)``."""
+
+    func: Expr
+    body: Expr
+    var: str
+    lo: Expr
+    hi: Expr
+
+
+@dataclass(**_FROZEN)
+class Index(Expr):
+    base: Expr
+    indices: tuple[Expr, ...]
+
+
+@dataclass(**_FROZEN)
+class Attr(Expr):
+    base: Expr
+    name: str
+
+
+@dataclass(**_FROZEN)
+class Vector(Expr):
+    items: tuple[Expr, ...]
+
+
+# ---------------------------------------------------------------- statements
+@dataclass(**_FROZEN)
+class Range:
+    span: Span
+    lo: Expr
+    hi: Expr
+
+
+@dataclass(**_FROZEN)
+class Loop:
+    span: Span
+    var: str
+    lo: Expr
+    hi: Expr
+
+
+@dataclass(**_FROZEN)
+class Attribute:
+    """``{free, lower = 0}``: a flag (value None) or a keyed value."""
+
+    span: Span
+    name: str
+    value: Expr | None
+
+
+@dataclass(**_FROZEN)
+class Decl:
+    span: Span
+    name: str
+    range: Range | None
+    value: Expr | None
+    attrs: tuple[Attribute, ...]
+
+
+@dataclass(**_FROZEN)
+class Stmt:
+    span: Span
+    loops: tuple[Loop, ...] = ()
+
+
+@dataclass(**_FROZEN)
+class DeclStmt(Stmt):
+    kind: str  # const | param | input | output | var | coord | momentum
+    decls: tuple[Decl, ...]
+
+
+@dataclass(**_FROZEN)
+class SpaceStmt(Stmt):
+    dim: Expr
+
+
+@dataclass(**_FROZEN)
+class NNStmt(Stmt):
+    name: str
+    name_span: Span
+    arch: str
+    args: tuple[Expr, ...]
+    kwargs: tuple[KwArg, ...]
+
+
+@dataclass(**_FROZEN)
+class BodyStmt(Stmt):
+    name: str
+    name_span: Span
+    range: Range | None
+    kind: str
+    kind_span: Span
+    args: tuple[Expr, ...]
+    kwargs: tuple[KwArg, ...]
+
+
+@dataclass(**_FROZEN)
+class ConnectorStmt(Stmt):
+    kind: str  # link | joint | hinge | spring | damper
+    args: tuple[Expr, ...]
+    kwargs: tuple[KwArg, ...]
+
+
+@dataclass(**_FROZEN)
+class GravityStmt(Stmt):
+    g: Expr
+    along: Expr | None
+
+
+@dataclass(**_FROZEN)
+class PotentialStmt(Stmt):
+    expr: Expr
+
+
+@dataclass(**_FROZEN)
+class ForceStmt(Stmt):
+    force: Expr
+    target: Expr
+
+
+@dataclass(**_FROZEN)
+class LagrangianStmt(Stmt):
+    expr: Expr
+
+
+@dataclass(**_FROZEN)
+class HamiltonianStmt(Stmt):
+    expr: Expr
+
+
+@dataclass(**_FROZEN)
+class ConstraintStmt(Stmt):
+    lhs: Expr
+    rhs: Expr
+
+
+@dataclass(**_FROZEN)
+class EquationStmt(Stmt):
+    lhs: Expr
+    rhs: Expr
+
+
+@dataclass(**_FROZEN)
+class DistributionStmt(Stmt):
+    name: str
+    arch: str
+    args: tuple[Expr, ...]
+    kwargs: tuple[KwArg, ...]
+
+
+@dataclass(**_FROZEN)
+class GroupStmt(Stmt):
+    name: str
+    coords: tuple[str, ...]
+
+
+@dataclass(**_FROZEN)
+class StoreStmt(Stmt):
+    kind: str  # flow_store | effort_store
+    name: str
+    state: str
+    energy: Expr
+
+
+@dataclass(**_FROZEN)
+class ResistiveStmt(Stmt):
+    name: str
+    attrs: tuple[Attribute, ...]
+    lhs: Expr
+    rhs: Expr
+
+
+@dataclass(**_FROZEN)
+class SourceStmt(Stmt):
+    kind: str  # flow_source | effort_source
+    name: str
+    value: Expr
+
+
+@dataclass(**_FROZEN)
+class TwoPortStmt(Stmt):
+    kind: str  # transformer | gyrator
+    name: str
+    port_a: str
+    port_b: str
+    attrs: tuple[Attribute, ...]
+    lhs: Expr
+    rhs: Expr
+
+
+@dataclass(**_FROZEN)
+class JunctionStmt(Stmt):
+    name: str | None
+    kind: str
+    kind_span: Span
+    members: tuple[Expr, ...]
+
+
+@dataclass(**_FROZEN)
+class StructureStmt(Stmt):
+    args: tuple[Expr, ...]
+    kwargs: tuple[KwArg, ...]
+
+
+@dataclass(**_FROZEN)
+class ImportStmt(Stmt):
+    path: str
+
+
+@dataclass(**_FROZEN)
+class PortStmt(Stmt):
+    names: tuple[str, ...]
+
+
+@dataclass(**_FROZEN)
+class UseStmt(Stmt):
+    name: str
+    range: Range | None
+    model: str
+    args: tuple[Expr, ...]
+    kwargs: tuple[KwArg, ...]
+
+
+@dataclass(**_FROZEN)
+class ConnectStmt(Stmt):
+    a: Expr
+    b: Expr
+
+
+# ---------------------------------------------------------------- file level
+@dataclass(**_FROZEN)
+class ModelDef:
+    span: Span
+    name: str
+    name_span: Span
+    doc: str | None
+    body: tuple[Stmt, ...]
+
+
+@dataclass(**_FROZEN)
+class File:
+    path: str
+    imports: tuple[ImportStmt, ...]
+    models: tuple[ModelDef, ...]

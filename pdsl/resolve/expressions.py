@@ -1,0 +1,468 @@
+"""Expression AST -> sympy, through a fixed table of functions (never ``eval``/``sympify``).
+
+Values are sympy scalars, column vectors / matrices (``ImmutableMatrix``), or
+references (:class:`Ref` subclasses) to things that are not numbers: a body,
+a neural network, an array. References turn into numbers when arithmetic
+needs them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import sympy as sp
+
+from .. import symbols as S
+from ..diagnostics import PdslError, Span
+from ..parse import ast as A
+from .model import PointRef
+
+Value = object  # sympy.Expr | sympy.ImmutableMatrix | Ref
+
+
+class Ref:
+    """Something a name can denote that is not (yet) a number."""
+
+    kind = "reference"
+
+
+@dataclass(frozen=True)
+class ArrayRef(Ref):
+    name: str
+    lo: int
+    items: tuple  # of sympy values
+    kind = "array"
+
+    def at(self, i: int, span: Span):
+        if not self.lo <= i < self.lo + len(self.items):
+            raise PdslError.at(
+                "BadIndex",
+                f"index {i} is outside `{self.name}[{self.lo}..{self.lo + len(self.items) - 1}]`",
+                span,
+            )
+        return self.items[i - self.lo]
+
+    def as_value(self):
+        if all(isinstance(v, BodyRef) for v in self.items):
+            return sp.ImmutableMatrix.vstack(*[v.as_value() for v in self.items])
+        return sp.ImmutableMatrix([[v] for v in self.items])
+
+
+@dataclass(frozen=True)
+class BodyRef(Ref):
+    """A body (or ``ground``); as a value it is the position of its centre."""
+
+    name: str | None  # None for ground
+    nodes: tuple  # tuple of position tuples; nodes[0] = centre
+    node_names: tuple
+    space: int
+    kind = "body"
+
+    @property
+    def text(self) -> str:
+        return self.name or "ground"
+
+    def as_value(self):
+        if self.name is None:
+            return sp.zeros(self.space, 1).as_immutable()
+        return sp.ImmutableMatrix(self.nodes[0])
+
+    def point(self, span: Span) -> PointRef:
+        return PointRef(body=self.name, local=None, position=self.as_value(), text=self.text, span=span)
+
+    def at(self, local, span: Span) -> PointRef:
+        """World position of a body-fixed point: X c~ with c~ = [1 - sum c, c] (BENCHMARKS A2.4)."""
+        coords = _as_list(local, span, "the body-fixed point")
+        if self.name is None:  # ground.at(world point)
+            if len(coords) != self.space:
+                raise PdslError.at(
+                    "WrongArity", f"`ground.at` needs {self.space} coordinates, got {len(coords)}", span
+                )
+            return PointRef(body=None, local=tuple(coords), position=sp.ImmutableMatrix(coords), text="ground.at(...)", span=span)
+        d = len(self.nodes) - 1
+        if d == 0:
+            raise PdslError.at(
+                "NotARigidBody",
+                f"`{self.name}` is a point mass: it has no body-fixed points",
+                span,
+                "declare it `rigid(dim = ..., ...)` to attach things away from its centre",
+            )
+        if len(coords) != d:
+            raise PdslError.at(
+                "WrongArity", f"`{self.name}.at` needs {d} body coordinates (its dim), got {len(coords)}", span
+            )
+        ctilde = [1 - sum(coords)] + list(coords)
+        X = sp.Matrix([[node[k] for node in self.nodes] for k in range(self.space)])
+        pos = (X * sp.Matrix(ctilde)).applyfunc(sp.expand).as_immutable()
+        return PointRef(body=self.name, local=tuple(coords), position=pos, text=f"{self.name}.at(...)", span=span)
+
+
+@dataclass(frozen=True)
+class NeuralRef(Ref):
+    name: str
+    fn: object
+    n_out: int
+    kind = "neural network"
+
+
+@dataclass(frozen=True)
+class ElementRef(Ref):
+    name: str
+    element_kind: str
+    kind = "element"
+
+
+def _as_list(v, span, what):
+    if isinstance(v, sp.MatrixBase) and v.shape[1] == 1:
+        return list(v)
+    raise PdslError.at("TypeMismatch", f"{what} must be a vector like [a, b, c]", span)
+
+
+_AXES = ("x", "y", "z")
+
+# name -> (sympy function, arity) for scalar functions
+_SCALAR_FUNCS: Mapping[str, tuple[Callable, int]] = {
+    "sin": (sp.sin, 1),
+    "cos": (sp.cos, 1),
+    "tan": (sp.tan, 1),
+    "asin": (sp.asin, 1),
+    "acos": (sp.acos, 1),
+    "atan": (sp.atan, 1),
+    "exp": (sp.exp, 1),
+    "log": (sp.log, 1),
+    "sqrt": (sp.sqrt, 1),
+    "abs": (sp.Abs, 1),
+    "tanh": (sp.tanh, 1),
+    "sinh": (sp.sinh, 1),
+    "cosh": (sp.cosh, 1),
+    "sign": (sp.sign, 1),
+    "atan2": (sp.atan2, 2),
+    "min": (sp.Min, 2),
+    "max": (sp.Max, 2),
+}
+BUILTIN_FUNCTIONS = frozenset(_SCALAR_FUNCS) | {"dot", "norm", "cross", "sum", "der"}
+CONSTANTS = {"pi": sp.pi}
+
+
+class Scope:
+    """Name lookup for expressions; the resolver fills it."""
+
+    def __init__(self, names: Mapping[str, Value], *, der_of: Callable | None = None, known: Mapping[str, str] | None = None):
+        self.names = dict(names)
+        self.der_of = der_of  # callable(value, span) -> value, or None where der() is not allowed
+        self.known = dict(known or {})  # names that exist but are not usable here -> why
+
+    def child(self, extra: Mapping[str, Value]) -> "Scope":
+        s = Scope(self.names, der_of=self.der_of, known=self.known)
+        s.names.update(extra)
+        return s
+
+
+def _is_scalar(v) -> bool:
+    return isinstance(v, sp.Expr) and not isinstance(v, sp.MatrixBase)
+
+
+def as_number(v, span: Span, what: str = "this"):
+    """A value used in arithmetic: references become their numeric value."""
+    if isinstance(v, BodyRef | ArrayRef):
+        return v.as_value()
+    if isinstance(v, PointRef):
+        return v.position
+    if isinstance(v, NeuralRef):
+        raise PdslError.at("TypeMismatch", f"neural network `{v.name}` must be called, as `{v.name}(...)`", span)
+    if isinstance(v, ElementRef):
+        raise PdslError.at(
+            "TypeMismatch", f"`{v.name}` is a {v.element_kind} element; it can only appear in a junction", span
+        )
+    return v
+
+
+def as_scalar(v, span: Span, what: str = "this expression"):
+    v = as_number(v, span)
+    if isinstance(v, sp.MatrixBase):
+        if v.shape == (1, 1):
+            return v[0, 0]
+        raise PdslError.at(
+            "TypeMismatch", f"{what} must be a scalar, but it is a {v.shape[0]}x{v.shape[1]} array", span
+        )
+    return v
+
+
+def int_value(v, span: Span, what: str) -> int:
+    v = as_scalar(v, span, what)
+    if isinstance(v, sp.Integer) or (isinstance(v, sp.Number) and v.is_integer):
+        return int(v)
+    if isinstance(v, sp.Float) and float(v).is_integer():
+        return int(v)
+    if v.free_symbols:
+        names = ", ".join(sorted(f"`{s}`" for s in v.free_symbols))
+        raise PdslError.at(
+            "NotConstant",
+            f"{what} must be an integer known when the model is compiled, but it depends on {names}",
+            span,
+            "use a `const` (and `--const NAME=VALUE` to change it), not a `param`",
+        )
+    raise PdslError.at("NotInteger", f"{what} must be an integer, got {v}", span)
+
+
+def float_value(v, span: Span, what: str) -> float:
+    v = as_scalar(v, span, what)
+    if v.free_symbols:
+        names = ", ".join(sorted(f"`{s}`" for s in v.free_symbols))
+        raise PdslError.at("NotConstant", f"{what} must be a number, but it depends on {names}", span)
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        raise PdslError.at("NotANumber", f"{what} is not a real number ({v})", span) from None
+    if x != x or x in (float("inf"), float("-inf")):
+        raise PdslError.at("NotANumber", f"{what} is not finite ({v})", span)
+    return x
+
+
+class Evaluator:
+    """Evaluates expression ASTs in a :class:`Scope`; records NN input sizes on the way."""
+
+    def __init__(self, scope: Scope, nn_inputs: dict[str, tuple[int, Span]] | None = None):
+        self.scope = scope
+        self.nn_inputs = nn_inputs if nn_inputs is not None else {}
+
+    def with_names(self, extra: Mapping[str, Value]) -> "Evaluator":
+        return Evaluator(self.scope.child(extra), self.nn_inputs)
+
+    # ------------------------------------------------------------ dispatch
+    def eval(self, e: A.Expr) -> Value:
+        method = getattr(self, "_" + type(e).__name__)
+        return method(e)
+
+    def scalar(self, e: A.Expr, what: str = "this expression") -> sp.Expr:
+        return as_scalar(self.eval(e), e.span, what)
+
+    def number(self, e: A.Expr):
+        return as_number(self.eval(e), e.span)
+
+    # ------------------------------------------------------------ atoms
+    def _Num(self, e: A.Num):
+        return sp.Rational(e.text) if any(c in e.text for c in ".eE") else sp.Integer(e.text)
+
+    def _Name(self, e: A.Name):
+        if e.id in self.scope.names:
+            return self.scope.names[e.id]
+        if e.id in CONSTANTS:
+            return CONSTANTS[e.id]
+        if e.id in self.scope.known:
+            raise PdslError.at("NotAllowedHere", f"`{e.id}` cannot be used here", e.span, self.scope.known[e.id])
+        if e.id in BUILTIN_FUNCTIONS:
+            raise PdslError.at("TypeMismatch", f"`{e.id}` is a function; call it as `{e.id}(...)`", e.span)
+        raise PdslError.at("UnknownName", f"unknown name `{e.id}`", e.span, self._suggest(e.id))
+
+    def _suggest(self, name: str) -> str:
+        import difflib
+
+        pool = list(self.scope.names) + list(CONSTANTS)
+        close = difflib.get_close_matches(name, pool, n=1)
+        if close:
+            return f"did you mean `{close[0]}`?"
+        return "declare it first (param, var, coord, momentum, input, const, body, nn)"
+
+    def _Vector(self, e: A.Vector):
+        items = [self.number(i) for i in e.items]
+        if not items:
+            raise PdslError.at("TypeMismatch", "an empty vector `[]` has no meaning here", e.span)
+        if all(_is_scalar(i) for i in items):
+            return sp.ImmutableMatrix([[i] for i in items])
+        if all(isinstance(i, sp.MatrixBase) and i.shape[1] == 1 for i in items):
+            n = items[0].shape[0]
+            if any(i.shape[0] != n for i in items):
+                raise PdslError.at("TypeMismatch", "the rows of a matrix must all have the same length", e.span)
+            return sp.ImmutableMatrix([list(i) for i in items])
+        raise PdslError.at("TypeMismatch", "a vector's entries must all be scalars (or all rows)", e.span)
+
+    # ------------------------------------------------------------ operators
+    def _Neg(self, e: A.Neg):
+        v = self.number(e.operand)
+        return -v
+
+    def _BinOp(self, e: A.BinOp):
+        a = self.number(e.left)
+        b = self.number(e.right)
+        va, vb = isinstance(a, sp.MatrixBase), isinstance(b, sp.MatrixBase)
+        op = e.op
+        if op in "+-":
+            if va != vb or (va and a.shape != b.shape):
+                raise PdslError.at(
+                    "TypeMismatch", f"cannot {'add' if op == '+' else 'subtract'} {_shape(a)} and {_shape(b)}", e.span
+                )
+            return a + b if op == "+" else a - b
+        if op == "*":
+            if va and vb:
+                raise PdslError.at(
+                    "TypeMismatch",
+                    f"`*` between two arrays ({_shape(a)} and {_shape(b)}) is ambiguous",
+                    e.span,
+                    "use dot(a, b) for the scalar product or cross(a, b) for the vector product",
+                )
+            return a * b
+        if op == "/":
+            if vb:
+                raise PdslError.at("TypeMismatch", "cannot divide by an array", e.span)
+            if b == 0:
+                raise PdslError.at("DivisionByZero", "division by zero", e.right.span)
+            return a / b
+        if op == "^":
+            if va or vb:
+                raise PdslError.at("TypeMismatch", "`^` needs scalars on both sides", e.span)
+            if a == 0 and (b.is_number and b.is_negative):
+                raise PdslError.at("DivisionByZero", "zero raised to a negative power", e.span)
+            return a**b
+        raise AssertionError(op)
+
+    # ------------------------------------------------------------ postfix
+    def _Index(self, e: A.Index):
+        base = self.eval(e.base)
+        idx = [int_value(self.eval(i), i.span, "an index") for i in e.indices]
+        if isinstance(base, ArrayRef):
+            if len(idx) != 1:
+                raise PdslError.at("WrongArity", f"`{base.name}` has one index, got {len(idx)}", e.span)
+            return base.at(idx[0], e.span)
+        base = as_number(base, e.span)
+        if isinstance(base, sp.MatrixBase):
+            shape = base.shape if base.shape[1] > 1 else (base.shape[0],)
+            if len(idx) != len(shape):
+                raise PdslError.at("WrongArity", f"this array needs {len(shape)} indices, got {len(idx)}", e.span)
+            for i, n in zip(idx, shape):
+                if not 1 <= i <= n:
+                    raise PdslError.at("BadIndex", f"index {i} is outside 1..{n}", e.span)
+            return base[idx[0] - 1, 0] if len(idx) == 1 else base[idx[0] - 1, idx[1] - 1]
+        raise PdslError.at("TypeMismatch", "only arrays can be indexed", e.span)
+
+    def _Attr(self, e: A.Attr):
+        base = self.eval(e.base)
+        if isinstance(base, BodyRef):
+            if base.name is not None:
+                if e.name in _AXES[: base.space]:
+                    return base.nodes[0][_AXES.index(e.name)]
+                if e.name == "pos":
+                    return base.as_value()
+                if e.name in base.node_names[1:]:
+                    k = base.node_names.index(e.name)
+                    return BodyRef(f"{base.name}.{e.name}", (base.nodes[k],), (e.name,), base.space)
+                if e.name == "nodes":
+                    return sp.ImmutableMatrix([c for node in base.nodes for c in node])
+            raise PdslError.at(
+                "UnknownName",
+                f"`{base.text}` has no attribute `{e.name}`",
+                e.span,
+                f"a body has {', '.join(_AXES[:base.space])}, pos, nodes"
+                + (", " + ", ".join(base.node_names[1:]) if len(base.node_names) > 1 else "")
+                + " and .at([...])",
+            )
+        raise PdslError.at("UnknownName", f"`.{e.name}` is not defined here", e.span)
+
+    def _Call(self, e: A.Call):
+        if isinstance(e.func, A.Attr) and e.func.name == "at":
+            base = self.eval(e.func.base)
+            if not isinstance(base, BodyRef):
+                raise PdslError.at("TypeMismatch", "`.at(...)` applies to a body or `ground`", e.func.span)
+            if len(e.args) != 1 or e.kwargs:
+                raise PdslError.at("WrongArity", "`.at` takes one vector argument", e.span)
+            return base.at(self.number(e.args[0]), e.span)
+        if not isinstance(e.func, A.Name):
+            raise PdslError.at("TypeMismatch", "only named functions can be called", e.func.span)
+        name = e.func.id
+        if e.kwargs:
+            raise PdslError.at("UnknownArgument", f"`{name}` takes no keyword arguments", e.kwargs[0].span)
+        if name in self.scope.names:
+            target = self.scope.names[name]
+            if isinstance(target, NeuralRef):
+                return self._call_nn(target, e)
+            raise PdslError.at("TypeMismatch", f"`{name}` is not a function", e.func.span)
+        if name == "der":
+            return self._der(e)
+        if name in _SCALAR_FUNCS:
+            fn, arity = _SCALAR_FUNCS[name]
+            self._arity(e, name, arity)
+            args = [self.scalar(a, f"the argument of {name}") for a in e.args]
+            return fn(*args)
+        if name in ("dot", "cross"):
+            self._arity(e, name, 2)
+            a, b = (self.number(x) for x in e.args)
+            for v, x in ((a, e.args[0]), (b, e.args[1])):
+                if not (isinstance(v, sp.MatrixBase) and v.shape[1] == 1):
+                    raise PdslError.at("TypeMismatch", f"`{name}` takes vectors", x.span)
+            if a.shape != b.shape:
+                raise PdslError.at("TypeMismatch", f"`{name}` of vectors of lengths {a.shape[0]} and {b.shape[0]}", e.span)
+            if name == "dot":
+                return sum((a[i] * b[i] for i in range(a.shape[0])), sp.Integer(0))
+            if a.shape[0] != 3:
+                raise PdslError.at("TypeMismatch", "`cross` needs 3-vectors", e.span)
+            return a.cross(b).as_immutable()
+        if name == "norm":
+            self._arity(e, name, 1)
+            a = self.number(e.args[0])
+            if _is_scalar(a):
+                return sp.Abs(a)
+            return sp.sqrt(sum((x**2 for x in a), sp.Integer(0)))
+        if name == "sum":
+            self._arity(e, name, 1)
+            a = self.number(e.args[0])
+            return sum(a, sp.Integer(0)) if isinstance(a, sp.MatrixBase) else a
+        raise PdslError.at("UnknownFunction", f"unknown function `{name}`", e.func.span, self._fn_hint(name))
+
+    def _fn_hint(self, name):
+        import difflib
+
+        close = difflib.get_close_matches(name, sorted(BUILTIN_FUNCTIONS), n=1)
+        listing = "functions: " + ", ".join(sorted(BUILTIN_FUNCTIONS))
+        return f"did you mean `{close[0]}`? ({listing})" if close else listing
+
+    def _arity(self, e: A.Call, name: str, n: int):
+        if len(e.args) != n:
+            raise PdslError.at(
+                "WrongArity", f"`{name}` takes {n} argument{'s' if n > 1 else ''}, got {len(e.args)}", e.span
+            )
+
+    def _der(self, e: A.Call):
+        self._arity(e, "der", 1)
+        if self.scope.der_of is None:
+            raise PdslError.at("NotAllowedHere", "`der(...)` cannot be used here", e.span)
+        return self.scope.der_of(self.eval(e.args[0]), e.args[0].span)
+
+    def _call_nn(self, nn: NeuralRef, e: A.Call):
+        flat: list = []
+        for a in e.args:
+            v = self.number(a)
+            flat.extend(list(v) if isinstance(v, sp.MatrixBase) else [v])
+        if not flat:
+            raise PdslError.at("WrongArity", f"neural network `{nn.name}` needs at least one input", e.span)
+        seen = self.nn_inputs.get(nn.name)
+        if seen is None:
+            self.nn_inputs[nn.name] = (len(flat), e.span)
+        elif seen[0] != len(flat):
+            raise PdslError.at(
+                "WrongArity",
+                f"`{nn.name}` is called with {len(flat)} inputs here but with {seen[0]} at {seen[1]}",
+                e.span,
+                "a network has one input size; its input size is inferred from its calls",
+            )
+        outs = [nn.fn(sp.Integer(k), *flat) for k in range(nn.n_out)]
+        return outs[0] if nn.n_out == 1 else sp.ImmutableMatrix([[o] for o in outs])
+
+    def _Generator(self, e: A.Generator):
+        if not (isinstance(e.func, A.Name) and e.func.id == "sum"):
+            raise PdslError.at("UnknownFunction", "only `sum(... for i in a..b)` takes a generator", e.func.span)
+        lo = int_value(self.eval(e.lo), e.lo.span, "a loop bound")
+        hi = int_value(self.eval(e.hi), e.hi.span, "a loop bound")
+        if hi - lo > 100_000:
+            raise PdslError.at("BadArrayBounds", f"the range {lo}..{hi} is too long", e.span)
+        total = None
+        for i in range(lo, hi + 1):
+            v = self.with_names({e.var: sp.Integer(i)}).number(e.body)
+            total = v if total is None else total + v
+        return total if total is not None else sp.Integer(0)
+
+
+def _shape(v) -> str:
+    if isinstance(v, sp.MatrixBase):
+        return f"a {v.shape[0]}x{v.shape[1]} array" if v.shape[1] > 1 else f"a vector of length {v.shape[0]}"
+    return "a scalar"

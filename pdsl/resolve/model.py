@@ -1,0 +1,182 @@
+"""The resolved model: names bound, constants substituted, arrays and loops expanded.
+
+Every expression here is already a sympy expression over :mod:`pdsl.symbols`
+symbols. Every record keeps the span of the statement it came from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import sympy as sp
+
+from ..diagnostics import Span
+
+_FROZEN = dict(frozen=True, slots=True, kw_only=True)
+
+
+@dataclass(**_FROZEN)
+class Param:
+    name: str
+    symbol: sp.Symbol
+    default: float
+    lower: float | None
+    upper: float | None
+    free: bool
+    span: Span
+
+
+@dataclass(**_FROZEN)
+class Input:
+    name: str
+    symbol: sp.Symbol
+    law: sp.Expr | None  # in-model feedback law, or None for an exogenous signal
+    span: Span
+
+
+@dataclass(**_FROZEN)
+class Output:
+    name: str
+    expr: sp.Expr
+    span: Span
+
+
+@dataclass(**_FROZEN)
+class Variable:
+    name: str
+    kind: str  # var | coord | momentum
+    symbol: sp.Symbol
+    start: float | None
+    span: Span
+
+
+@dataclass(**_FROZEN)
+class Neural:
+    """A neural component: an opaque function ``fn(k, *inputs)`` for output k (0-based)."""
+
+    name: str
+    arch: str
+    hidden: tuple[int, ...]
+    act: str
+    n_out: int
+    n_in: int | None
+    fn: object  # sympy UndefinedFunction
+    span: Span
+
+
+@dataclass(**_FROZEN)
+class Equation:
+    lhs: sp.Expr
+    rhs: sp.Expr
+    span: Span
+
+
+@dataclass(**_FROZEN)
+class Constraint:
+    residual: sp.Expr  # lhs - rhs
+    kind: str  # holonomic | velocity
+    span: Span
+
+
+@dataclass(**_FROZEN)
+class Located:
+    expr: sp.Expr
+    span: Span
+
+
+@dataclass(**_FROZEN)
+class Body:
+    """A body in Cartesian coordinates. ``nodes[0]`` is the centre; rigid bodies add axis points."""
+
+    name: str
+    kind: str  # point | rigid
+    dim: int  # 0 for a point mass
+    mass: sp.Expr
+    moments: tuple[sp.Expr, ...]  # eigenvalues of the mass covariance (lambda_i), rigid only
+    nodes: tuple[tuple[sp.Symbol, ...], ...]  # per node, its coordinates
+    node_names: tuple[str, ...]
+    span: Span
+
+
+@dataclass(**_FROZEN)
+class PointRef:
+    """A point a connector attaches to: a body node/body-fixed point, or a fixed world point."""
+
+    body: str | None  # None for ground
+    local: tuple[sp.Expr, ...] | None  # body-fixed coordinates (``body.at``), None for the centre
+    position: sp.ImmutableMatrix
+    text: str
+    span: Span
+
+
+@dataclass(**_FROZEN)
+class Connector:
+    kind: str  # link | joint | hinge | spring | damper
+    a: PointRef
+    b: PointRef
+    options: Mapping[str, object]
+    span: Span
+
+
+@dataclass(**_FROZEN)
+class Gravity:
+    g: sp.Expr
+    direction: sp.ImmutableMatrix
+    span: Span
+
+
+@dataclass(**_FROZEN)
+class Force:
+    force: sp.ImmutableMatrix
+    at: PointRef
+    span: Span
+
+
+@dataclass(**_FROZEN)
+class GeneralizedForce:
+    """``force Q on q``: a non-conservative generalized force on coordinate ``q``."""
+
+    coord: sp.Symbol
+    force: sp.Expr
+    span: Span
+
+
+@dataclass(**_FROZEN)
+class Element:
+    """A port-Hamiltonian element or junction, kept close to its statement for the p-H lowering."""
+
+    kind: str
+    name: str | None
+    data: Mapping[str, object]
+    span: Span
+
+
+@dataclass(**_FROZEN)
+class Model:
+    name: str
+    doc: str | None
+    path: str
+    span: Span
+    consts: Mapping[str, int]
+    space: int
+    params: tuple[Param, ...] = ()
+    inputs: tuple[Input, ...] = ()
+    outputs: tuple[Output, ...] = ()
+    variables: tuple[Variable, ...] = ()
+    neural: tuple[Neural, ...] = ()
+    equations: tuple[Equation, ...] = ()
+    constraints: tuple[Constraint, ...] = ()
+    lagrangian: Located | None = None
+    hamiltonian: Located | None = None
+    bodies: tuple[Body, ...] = ()
+    connectors: tuple[Connector, ...] = ()
+    gravity: tuple[Gravity, ...] = ()
+    potentials: tuple[Located, ...] = ()
+    forces: tuple[Force, ...] = ()
+    generalized_forces: tuple[GeneralizedForce, ...] = ()
+    elements: tuple[Element, ...] = ()
+    unsupported: tuple[tuple[str, Span], ...] = field(default=())
+
+    def variables_of(self, kind: str) -> tuple[Variable, ...]:
+        return tuple(v for v in self.variables if v.kind == kind)

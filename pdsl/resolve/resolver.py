@@ -1,0 +1,792 @@
+"""AST -> :class:`Model`: bind names, substitute constants, expand arrays and loops.
+
+Two passes over a model's statements: declarations first (order in the file
+does not matter), then everything that uses them. Errors are collected per
+statement and raised together.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Iterator, Mapping
+
+import sympy as sp
+
+from .. import symbols as S
+from ..diagnostics import Collector, PdslError, Span
+from ..parse import ast as A
+from . import model as M
+from .expressions import (
+    ArrayRef,
+    BodyRef,
+    ElementRef,
+    Evaluator,
+    NeuralRef,
+    Scope,
+    as_number,
+    float_value,
+    int_value,
+)
+
+__all__ = ["resolve", "resolve_file"]
+
+MAX_ARRAY = 100_000
+_ACTIVATIONS = ("tanh", "relu", "softplus", "sin", "elu", "gelu", "sigmoid", "identity")
+_RESERVED = {"t", "ground", "pi", "der"}
+_PH_KINDS = ("flow_store", "effort_store", "resistive", "flow_source", "effort_source", "transformer", "gyrator")
+
+# Keyword options of each connector: name -> required?
+_CONNECTOR_OPTIONS: Mapping[str, Mapping[str, bool]] = {
+    "link": {"length": False},
+    "joint": {},
+    "hinge": {"axis": True},
+    "spring": {"k": True, "rest": False},
+    "damper": {"c": True},
+}
+
+
+def resolve_file(file: A.File, const_overrides: Mapping[str, int] | None = None) -> tuple[M.Model, ...]:
+    """Resolve every model of a file (errors of all models are collected)."""
+    diags = Collector()
+    for imp in file.imports:
+        diags.error(
+            "NotYetSupported",
+            "`import` (model composition) is parsed but not lowered yet",
+            imp.span,
+            "put the models you need in one file for now",
+        )
+    seen: dict[str, A.ModelDef] = {}
+    models = []
+    for m in file.models:
+        if m.name in seen:
+            diags.error(
+                "DuplicateDefinition",
+                f"model `{m.name}` is defined twice (first at line {seen[m.name].span.line})",
+                m.name_span,
+            )
+            continue
+        seen[m.name] = m
+        try:
+            models.append(resolve(m, const_overrides or {}))
+        except PdslError as err:
+            diags.extend(err)
+    if const_overrides:
+        known = {n for m in file.models for s in m.body if isinstance(s, A.DeclStmt) and s.kind == "const" for n in (d.name for d in s.decls)}
+        for name in const_overrides:
+            if name not in known:
+                diags.error("UnknownName", f"--const {name}: no model in {file.path} declares a const `{name}`")
+    diags.raise_if_any()
+    return tuple(models)
+
+
+def resolve(m: A.ModelDef, const_overrides: Mapping[str, int] | None = None) -> M.Model:
+    return _Resolver(m, dict(const_overrides or {})).run()
+
+
+@dataclass
+class _Decl:
+    kind: str
+    span: Span
+    value: object  # what the name denotes in expressions
+
+
+@dataclass
+class _Resolver:
+    ast: A.ModelDef
+    const_overrides: dict[str, int]
+    diags: Collector = field(default_factory=Collector)
+    names: dict[str, _Decl] = field(default_factory=dict)
+    consts: dict[str, int] = field(default_factory=dict)
+    nn_inputs: dict[str, tuple[int, Span]] = field(default_factory=dict)
+    space: int = 3
+    _pending: list = field(default_factory=list)  # (kind, Decl) whose values are resolved last
+    _nn_specs: dict = field(default_factory=dict)
+    _bodies_pending: list = field(default_factory=list)
+
+    # ================================================================== driver
+    def run(self) -> M.Model:
+        body = self.ast.body
+        self._resolve_consts(body)
+        self._resolve_space(body)
+        out: dict[str, list] = {k: [] for k in (
+            "params", "inputs", "outputs", "variables", "neural", "equations", "constraints",
+            "bodies", "connectors", "gravity", "potentials", "forces", "generalized_forces", "elements", "unsupported",
+        )}
+        single: dict[str, M.Located | None] = {"lagrangian": None, "hamiltonian": None}
+        # pass 1: declarations (names usable anywhere in the model)
+        decl_handlers = {
+            A.DeclStmt: self._declare,
+            A.NNStmt: self._declare_nn,
+            A.BodyStmt: self._declare_body,
+        }
+        for stmt in body:
+            h = decl_handlers.get(type(stmt))
+            if h is None:
+                continue
+            if isinstance(stmt, A.DeclStmt) and stmt.kind == "const":
+                continue
+            self._guard(h, stmt, out)
+        self._declare_elements(body)
+        # pass 2: everything that uses names
+        for stmt in body:
+            if type(stmt) in decl_handlers or isinstance(stmt, A.SpaceStmt):
+                continue
+            self._guard(self._statement, stmt, out, single)
+        # deferred: values of params/inputs/outputs (they may use any name)
+        self._guard(self._finish_decls, None, out)
+        self._check_neural_used(out)
+        self.diags.raise_if_any()
+        return M.Model(
+            name=self.ast.name,
+            doc=self.ast.doc,
+            path=self.ast.span.path,
+            span=self.ast.span,
+            consts=dict(self.consts),
+            space=self.space,
+            lagrangian=single["lagrangian"],
+            hamiltonian=single["hamiltonian"],
+            **{k: tuple(v) for k, v in out.items()},
+        )
+
+    def _guard(self, fn, stmt, *args):
+        try:
+            fn(stmt, *args)
+        except PdslError as err:
+            self.diags.extend(err)
+
+    # ================================================================== scope
+    def _scope(self, *, allow_der: bool = True) -> Scope:
+        names = {n: d.value for n, d in self.names.items() if d.kind != "output"}
+        names.update({k: sp.Integer(v) for k, v in self.consts.items()})
+        names["t"] = S.TIME
+        names["ground"] = BodyRef(None, (), (), self.space)
+        known = {n: "an output is computed from the model; it cannot be used inside it" for n, d in self.names.items() if d.kind == "output"}
+        return Scope(names, der_of=self._der_of if allow_der else None, known=known)
+
+    def _const_scope(self, extra: Mapping[str, object] | None = None) -> Scope:
+        """Only numbers, consts and loop variables (array bounds, defaults)."""
+        names = {k: sp.Integer(v) for k, v in self.consts.items()}
+        names.update(extra or {})
+        hint = "array bounds, loop bounds, constants and default values use only numbers and `const`s"
+        known = {n: hint for n in list(self.names) + ["t", "ground"]}
+        return Scope(names, der_of=None, known=known)
+
+    def _ev(self, bindings: Mapping[str, object] | None = None, *, allow_der: bool = True) -> Evaluator:
+        ev = Evaluator(self._scope(allow_der=allow_der), self.nn_inputs)
+        return ev.with_names(dict(bindings)) if bindings else ev
+
+    def _der_of(self, value, span: Span):
+        """``der(v)``: the derivative symbol of a variable or body coordinate (or vector of them)."""
+        if isinstance(value, BodyRef | ArrayRef):
+            value = value.as_value()
+        if isinstance(value, sp.MatrixBase):
+            return value.applyfunc(lambda x: self._der_of(x, span))
+        if isinstance(value, sp.Symbol) and value in self._der_targets():
+            return S.der(value)
+        if isinstance(value, sp.Symbol) and S.is_der(value):
+            raise PdslError.at(
+                "BadDerivative",
+                f"`der(der(...))`: second derivatives are not written directly",
+                span,
+                "introduce a velocity variable (var v; der(x) = v) or use `coord` with a `lagrangian`",
+            )
+        raise PdslError.at(
+            "BadDerivative",
+            f"`der(...)` takes a state variable (var, coord, momentum or a body coordinate), not `{value}`",
+            span,
+        )
+
+    def _der_targets(self) -> set:
+        out = set()
+        for d in self.names.values():
+            if d.kind in ("var", "coord", "momentum"):
+                v = d.value
+                out.update(v.items if isinstance(v, ArrayRef) else [v])
+            elif d.kind == "body":
+                refs = d.value.items if isinstance(d.value, ArrayRef) else [d.value]
+                for r in refs:
+                    out.update(c for node in r.nodes for c in node)
+        return out
+
+    def _bind(self, name: str, kind: str, span: Span, value) -> None:
+        if name in _RESERVED:
+            raise PdslError.at("ReservedName", f"`{name}` is a built-in name and cannot be redeclared", span)
+        prev = self.names.get(name)
+        if prev is not None or name in self.consts:
+            where = prev.span.line if prev else "a const"
+            raise PdslError.at(
+                "DuplicateDefinition",
+                f"`{name}` is already declared (line {where})",
+                span,
+                "every name in a model is declared once",
+            )
+        self.names[name] = _Decl(kind, span, value)
+
+    # ================================================================== loops
+    def _bindings(self, loops: tuple[A.Loop, ...], base: Mapping[str, object] | None = None) -> Iterator[dict]:
+        """All combinations of loop variables; later bounds may use earlier variables."""
+        base = dict(base or {})
+        if not loops:
+            yield base
+            return
+        head, rest = loops[0], loops[1:]
+        scope = self._const_scope(base)
+        if head.var in self.names or head.var in self.consts or head.var in _RESERVED:
+            raise PdslError.at("DuplicateDefinition", f"loop variable `{head.var}` shadows a declared name", head.span)
+        lo = int_value(Evaluator(scope).eval(head.lo), head.lo.span, "a loop bound")
+        hi = int_value(Evaluator(scope).eval(head.hi), head.hi.span, "a loop bound")
+        if hi - lo + 1 > MAX_ARRAY:
+            raise PdslError.at("BadArrayBounds", f"the loop {lo}..{hi} is too long", head.span)
+        for i in range(lo, hi + 1):
+            yield from self._bindings(rest, {**base, head.var: sp.Integer(i)})
+
+    def _range(self, rng: A.Range, what: str) -> tuple[int, int]:
+        ev = Evaluator(self._const_scope())
+        lo = int_value(ev.eval(rng.lo), rng.lo.span, "an array bound")
+        hi = int_value(ev.eval(rng.hi), rng.hi.span, "an array bound")
+        if hi < lo:
+            raise PdslError.at(
+                "BadArrayBounds", f"{what} has bounds {lo}..{hi}: the upper bound is below the lower one", rng.span
+            )
+        if hi - lo + 1 > MAX_ARRAY:
+            raise PdslError.at("BadArrayBounds", f"{what} has {hi - lo + 1} elements (limit {MAX_ARRAY})", rng.span)
+        return lo, hi
+
+    # ================================================================== consts, space
+    def _resolve_consts(self, body) -> None:
+        decls: dict[str, A.Decl] = {}
+        for stmt in body:
+            if isinstance(stmt, A.DeclStmt) and stmt.kind == "const":
+                if stmt.loops:
+                    self.diags.error("BadLoop", "`const` declarations cannot have a `for` clause", stmt.span)
+                for d in stmt.decls:
+                    if d.name in decls or d.name in _RESERVED:
+                        self.diags.error("DuplicateDefinition", f"const `{d.name}` is declared twice", d.span)
+                        continue
+                    if d.range or d.attrs or d.value is None:
+                        self.diags.error(
+                            "BadDeclaration", f"const `{d.name}` needs a single integer value: `const {d.name} = 3`", d.span
+                        )
+                        continue
+                    decls[d.name] = d
+        visiting: set[str] = set()
+
+        def value(name: str, span: Span) -> int:
+            if name in self.consts:
+                return self.consts[name]
+            if name in self.const_overrides:
+                self.consts[name] = int(self.const_overrides[name])
+                return self.consts[name]
+            if name in visiting:
+                raise PdslError.at("CyclicDefinition", f"const `{name}` is defined in terms of itself", span)
+            visiting.add(name)
+            d = decls[name]
+            deps = {n: sp.Integer(value(n, d.span)) for n in _names_in(d.value) if n in decls}
+            v = int_value(Evaluator(self._const_scope(deps)).eval(d.value), d.value.span, f"const `{name}`")
+            self.consts[name] = v
+            return v
+
+        for name, d in decls.items():
+            try:
+                value(name, d.span)
+            except PdslError as err:
+                self.diags.extend(err)
+
+    def _resolve_space(self, body) -> None:
+        spaces = [s for s in body if isinstance(s, A.SpaceStmt)]
+        for extra in spaces[1:]:
+            self.diags.error("DuplicateDefinition", "`space` is given twice", extra.span)
+        if spaces:
+            s = spaces[0]
+            try:
+                dim = int_value(Evaluator(self._const_scope()).eval(s.dim), s.dim.span, "the space dimension")
+            except PdslError as err:
+                self.diags.extend(err)
+                return
+            if dim not in (1, 2, 3):
+                self.diags.error("BadDimension", f"`space {dim}`: the ambient dimension must be 1, 2 or 3", s.dim.span)
+                return
+            self.space = dim
+
+    # ================================================================== declarations
+    def _declare(self, stmt: A.DeclStmt, out) -> None:
+        if stmt.loops:
+            raise PdslError.at(
+                "BadLoop", f"`{stmt.kind}` declarations cannot have a `for` clause", stmt.loops[0].span,
+                "declare an array instead: `param m[1..N] = 1.0`",
+            )
+        for d in stmt.decls:
+            try:
+                self._declare_one(stmt.kind, d)
+            except PdslError as err:
+                self.diags.extend(err)
+
+    def _declare_one(self, kind: str, d: A.Decl) -> None:
+        allowed_attrs = {"param": {"free", "fixed", "lower", "upper"}}.get(kind, set())
+        for a in d.attrs:
+            if a.name not in allowed_attrs:
+                raise PdslError.at(
+                    "UnknownAttribute",
+                    f"`{a.name}` is not an attribute of a {kind}",
+                    a.span,
+                    "params accept {free, fixed, lower = ..., upper = ...}" if kind == "param" else None,
+                )
+        if kind in ("output",) and d.value is None:
+            raise PdslError.at("BadDeclaration", f"output `{d.name}` needs a value: `output {d.name} = expr`", d.span)
+        if kind == "param" and d.value is None:
+            raise PdslError.at("BadDeclaration", f"param `{d.name}` needs a default value: `param {d.name} = 1.0`", d.span)
+        if d.range is None:
+            value = S.sym(d.name)
+        else:
+            lo, hi = self._range(d.range, f"`{d.name}`")
+            value = ArrayRef(d.name, lo, tuple(S.sym(f"{d.name}[{i}]") for i in range(lo, hi + 1)))
+        if kind == "output":
+            value = _PendingOutput(d.name)
+        self._bind(d.name, kind, d.span, value)
+        self._pending.append((kind, d))
+
+    def _declare_nn(self, stmt: A.NNStmt, out) -> None:
+        if stmt.loops:
+            raise PdslError.at("BadLoop", "`nn` declarations cannot have a `for` clause", stmt.loops[0].span)
+        if stmt.arch != "mlp":
+            raise PdslError.at("UnknownArchitecture", f"unknown network architecture `{stmt.arch}`", stmt.span, "available: mlp")
+        if stmt.args:
+            raise PdslError.at("WrongArity", "`mlp` takes only keyword arguments", stmt.args[0].span)
+        opts = {"hidden": None, "act": None, "out": None}
+        for kw in stmt.kwargs:
+            if kw.name not in opts:
+                raise PdslError.at("UnknownArgument", f"`mlp` has no argument `{kw.name}`", kw.span, "mlp(hidden = [64, 64], act = tanh, out = 1)")
+            if opts[kw.name] is not None:
+                raise PdslError.at("DuplicateDefinition", f"`{kw.name}` is given twice", kw.span)
+            opts[kw.name] = kw
+        hidden: tuple[int, ...] = (64, 64)
+        if opts["hidden"] is not None:
+            v = opts["hidden"].value
+            items = v.items if isinstance(v, A.Vector) else (v,)
+            ev = Evaluator(self._const_scope())
+            hidden = tuple(int_value(ev.eval(i), i.span, "a hidden layer width") for i in items)
+            if any(h < 1 or h > 100_000 for h in hidden):
+                raise PdslError.at("BadArgument", "hidden layer widths must be between 1 and 100000", v.span)
+        act = "tanh"
+        if opts["act"] is not None:
+            v = opts["act"].value
+            if not isinstance(v, A.Name) or v.id not in _ACTIVATIONS:
+                raise PdslError.at("BadArgument", "unknown activation", v.span, "one of: " + ", ".join(_ACTIVATIONS))
+            act = v.id
+        n_out = 1
+        if opts["out"] is not None:
+            v = opts["out"].value
+            n_out = int_value(Evaluator(self._const_scope()).eval(v), v.span, "the output size")
+            if not 1 <= n_out <= 100_000:
+                raise PdslError.at("BadArgument", "the output size must be at least 1", v.span)
+        fn = sp.Function(f"nn_{stmt.name}")
+        self._bind(stmt.name, "nn", stmt.name_span, NeuralRef(stmt.name, fn, n_out))
+        self._nn_specs[stmt.name] = (stmt, hidden, act, n_out, fn)
+
+    def _declare_body(self, stmt: A.BodyStmt, out) -> None:
+        if stmt.loops:
+            raise PdslError.at("BadLoop", "write an array of bodies as `body b[1..N] = ...`", stmt.loops[0].span)
+        if stmt.kind not in ("point", "rigid"):
+            raise PdslError.at("UnknownBodyKind", f"unknown body kind `{stmt.kind}`", stmt.kind_span, "point(mass = m) or rigid(dim = ..., mass = m, moments = [...])")
+        indices: list[int | None]
+        if stmt.range is None:
+            indices = [None]
+        else:
+            lo, hi = self._range(stmt.range, f"body array `{stmt.name}`")
+            indices = list(range(lo, hi + 1))
+        refs = []
+        for i in indices:
+            name = stmt.name if i is None else f"{stmt.name}[{i}]"
+            dim = 0
+            if stmt.kind == "rigid":
+                dim_kw = next((k for k in stmt.kwargs if k.name == "dim"), None)
+                if dim_kw is None:
+                    raise PdslError.at("MissingArgument", f"rigid body `{stmt.name}` needs `dim = 1|2|3`", stmt.kind_span)
+                bind = {"i": sp.Integer(i)} if i is not None else {}
+                dim = int_value(Evaluator(self._const_scope(bind)).eval(dim_kw.value), dim_kw.value.span, "`dim`")
+                if not 1 <= dim <= self.space:
+                    raise PdslError.at(
+                        "BadDimension",
+                        f"rigid body `{name}` has dim = {dim}, but the model's space is {self.space}-dimensional",
+                        dim_kw.value.span,
+                        f"dim must be between 1 and {self.space} (`space {self.space}`)",
+                    )
+            node_names = ("",) + tuple(f"a{k}" for k in range(1, dim + 1))
+            nodes = tuple(
+                tuple(S.sym(f"{name}{'.' + nn if nn else ''}.{ax}") for ax in "xyz"[: self.space]) for nn in node_names
+            )
+            refs.append(BodyRef(name, nodes, node_names, self.space))
+        value = refs[0] if stmt.range is None else ArrayRef(stmt.name, indices[0], tuple(refs))
+        self._bind(stmt.name, "body", stmt.name_span, value)
+        self._bodies_pending.append((stmt, indices, refs))
+
+    def _declare_elements(self, body) -> None:
+        for stmt in body:
+            names: list[tuple[str, str, Span]] = []
+            if isinstance(stmt, A.StoreStmt | A.ResistiveStmt | A.SourceStmt | A.TwoPortStmt):
+                names.append((stmt.name, stmt.kind if hasattr(stmt, "kind") else "resistive", stmt.span))
+            elif isinstance(stmt, A.JunctionStmt) and stmt.name:
+                names.append((stmt.name, "junction", stmt.span))
+            for name, kind, span in names:
+                try:
+                    self._bind(name, "element", span, ElementRef(name, kind))
+                except PdslError as err:
+                    self.diags.extend(err)
+            if isinstance(stmt, A.StoreStmt):
+                try:
+                    self._bind(stmt.state, "var", stmt.span, S.sym(stmt.state))
+                except PdslError as err:
+                    self.diags.extend(err)
+
+    # ================================================================== deferred values
+    def _finish_decls(self, _stmt, out) -> None:
+        for kind, d in self._pending:
+            try:
+                self._finish_decl(kind, d, out)
+            except PdslError as err:
+                self.diags.extend(err)
+        for stmt, indices, refs in self._bodies_pending:
+            try:
+                self._finish_body(stmt, indices, refs, out)
+            except PdslError as err:
+                self.diags.extend(err)
+        for name, (stmt, hidden, act, n_out, fn) in self._nn_specs.items():
+            n_in = self.nn_inputs.get(name, (None,))[0]
+            out["neural"].append(
+                M.Neural(name=name, arch=stmt.arch, hidden=hidden, act=act, n_out=n_out, n_in=n_in, fn=fn, span=stmt.span)
+            )
+
+    def _elements_of(self, d: A.Decl):
+        v = self.names[d.name].value
+        if isinstance(v, ArrayRef):
+            return [(f"{d.name}[{v.lo + k}]", s, {"i": sp.Integer(v.lo + k)}) for k, s in enumerate(v.items)]
+        return [(d.name, v, {})]
+
+    def _finish_decl(self, kind: str, d: A.Decl, out) -> None:
+        if kind == "param":
+            free = any(a.name == "free" for a in d.attrs)
+            bounds = {"lower": None, "upper": None}
+            for a in d.attrs:
+                if a.name in bounds:
+                    if a.value is None:
+                        raise PdslError.at("BadAttribute", f"`{a.name}` needs a value: `{a.name} = 0`", a.span)
+                    bounds[a.name] = float_value(Evaluator(self._const_scope()).eval(a.value), a.value.span, f"`{a.name}`")
+                elif a.value is not None:
+                    raise PdslError.at("BadAttribute", f"`{a.name}` is a flag and takes no value", a.span)
+            if bounds["lower"] is not None and bounds["upper"] is not None and bounds["lower"] > bounds["upper"]:
+                raise PdslError.at("BadBounds", f"param `{d.name}` has lower > upper", d.span)
+            defaults = self._defaults(d)
+            for (name, symbol, _), default in zip(self._elements_of(d), defaults):
+                lo, hi = bounds["lower"], bounds["upper"]
+                if (lo is not None and default < lo) or (hi is not None and default > hi):
+                    raise PdslError.at("BadBounds", f"the default {default} of `{name}` is outside its bounds", d.value.span)
+                out["params"].append(
+                    M.Param(name=name, symbol=symbol, default=default, lower=lo, upper=hi, free=free, span=d.span)
+                )
+        elif kind in ("var", "coord", "momentum"):
+            starts = self._defaults(d) if d.value is not None else [None] * len(self._elements_of(d))
+            for (name, symbol, _), start in zip(self._elements_of(d), starts):
+                out["variables"].append(M.Variable(name=name, kind=kind, symbol=symbol, start=start, span=d.span))
+        elif kind == "input":
+            for name, symbol, bind in self._elements_of(d):
+                law = None
+                if d.value is not None:
+                    law = self._ev(bind).scalar(d.value, f"the law of input `{name}`")
+                    if symbol in law.free_symbols:
+                        raise PdslError.at("CyclicDefinition", f"input `{name}` is defined in terms of itself", d.value.span)
+                out["inputs"].append(M.Input(name=name, symbol=symbol, law=law, span=d.span))
+        elif kind == "output":
+            expr = self._output_value(d.name, set())
+            if isinstance(expr, sp.MatrixBase):
+                for k, e in enumerate(expr):
+                    out["outputs"].append(M.Output(name=f"{d.name}[{k + 1}]", expr=e, span=d.span))
+            else:
+                out["outputs"].append(M.Output(name=d.name, expr=expr, span=d.span))
+
+    def _output_value(self, name: str, visiting: set):
+        d = next(dd for k, dd in self._pending if k == "output" and dd.name == name)
+        if name in visiting:
+            raise PdslError.at("CyclicDefinition", f"output `{name}` is defined in terms of itself", d.span)
+        visiting.add(name)
+        ev = self._ev()
+        deps = {n: self._output_value(n, visiting) for n in _names_in(d.value) if n in self.names and self.names[n].kind == "output"}
+        value = ev.with_names(deps).number(d.value) if deps else ev.number(d.value)
+        visiting.discard(name)
+        return value
+
+    def _defaults(self, d: A.Decl) -> list[float]:
+        n = len(self._elements_of(d))
+        ev = Evaluator(self._const_scope())
+        v = ev.eval(d.value)
+        v = as_number(v, d.value.span)
+        if isinstance(v, sp.MatrixBase):
+            if v.shape[1] != 1 or d.range is None:
+                raise PdslError.at("TypeMismatch", f"`{d.name}` is a scalar but its value is an array", d.value.span)
+            if v.shape[0] != n:
+                raise PdslError.at(
+                    "WrongArity", f"`{d.name}` has {n} elements but {v.shape[0]} values are given", d.value.span,
+                    "give one value per element, or a single value for all",
+                )
+            return [float_value(x, d.value.span, f"the value of `{d.name}`") for x in v]
+        x = float_value(v, d.value.span, f"the value of `{d.name}`")
+        return [x] * n
+
+    def _finish_body(self, stmt: A.BodyStmt, indices, refs, out) -> None:
+        allowed = {"point": {"mass"}, "rigid": {"dim", "mass", "moments", "inertia"}}[stmt.kind]
+        seen = set()
+        for kw in stmt.kwargs:
+            if kw.name not in allowed:
+                raise PdslError.at("UnknownArgument", f"`{stmt.kind}` has no argument `{kw.name}`", kw.span, "arguments: " + ", ".join(sorted(allowed)))
+            if kw.name in seen:
+                raise PdslError.at("DuplicateDefinition", f"`{kw.name}` is given twice", kw.span)
+            seen.add(kw.name)
+        if stmt.args:
+            raise PdslError.at("WrongArity", f"`{stmt.kind}` takes keyword arguments only (mass = ...)", stmt.args[0].span)
+        kw = {k.name: k for k in stmt.kwargs}
+        if "mass" not in kw:
+            raise PdslError.at("MissingArgument", f"body `{stmt.name}` needs a `mass`", stmt.kind_span)
+        if stmt.kind == "rigid" and ("moments" in kw) == ("inertia" in kw):
+            raise PdslError.at(
+                "MissingArgument", f"rigid body `{stmt.name}` needs exactly one of `moments` or `inertia`", stmt.kind_span
+            )
+        for i, ref in zip(indices, refs):
+            bind = {"i": sp.Integer(i)} if i is not None else {}
+            ev = self._ev(bind, allow_der=False)
+            mass = ev.scalar(kw["mass"].value, "the mass")
+            moments: tuple = ()
+            dim = len(ref.nodes) - 1
+            if stmt.kind == "rigid":
+                key = "moments" if "moments" in kw else "inertia"
+                vec = ev.number(kw[key].value)
+                vals = list(vec) if isinstance(vec, sp.MatrixBase) else [vec]
+                if len(vals) != dim:
+                    raise PdslError.at("WrongArity", f"`{key}` of a dim = {dim} body needs {dim} values, got {len(vals)}", kw[key].value.span)
+                if key == "inertia":
+                    if dim != 3:
+                        raise PdslError.at("BadArgument", "`inertia` is defined for dim = 3 bodies; give `moments` otherwise", kw[key].span)
+                    # lambda_i = (I_j + I_k - I_i) / (2 m)   (BENCHMARKS A2.1)
+                    I1, I2, I3 = vals
+                    vals = [(I2 + I3 - I1) / (2 * mass), (I1 + I3 - I2) / (2 * mass), (I1 + I2 - I3) / (2 * mass)]
+                moments = tuple(vals)
+            out["bodies"].append(
+                M.Body(
+                    name=ref.name, kind=stmt.kind, dim=dim, mass=mass, moments=moments, nodes=ref.nodes,
+                    node_names=ref.node_names, span=stmt.span,
+                )
+            )
+
+    def _check_neural_used(self, out) -> None:
+        pass  # an unused network is legal (it simply has no inputs yet); lowering reports it if needed
+
+    # ================================================================== statements
+    def _statement(self, stmt: A.Stmt, out, single) -> None:
+        handler = {
+            A.EquationStmt: self._equation,
+            A.ConstraintStmt: self._constraint,
+            A.LagrangianStmt: self._single,
+            A.HamiltonianStmt: self._single,
+            A.ConnectorStmt: self._connector,
+            A.GravityStmt: self._gravity,
+            A.PotentialStmt: self._potential,
+            A.ForceStmt: self._force,
+            A.StoreStmt: self._ph_element,
+            A.ResistiveStmt: self._ph_element,
+            A.SourceStmt: self._ph_element,
+            A.TwoPortStmt: self._ph_element,
+            A.JunctionStmt: self._ph_element,
+            A.StructureStmt: self._ph_element,
+        }.get(type(stmt))
+        if handler is None:
+            self._unsupported(stmt, out)
+            return
+        if isinstance(stmt, A.LagrangianStmt | A.HamiltonianStmt):
+            handler(stmt, out, single)
+            return
+        for bind in self._bindings(stmt.loops):
+            handler(stmt, bind, out)
+
+    def _unsupported(self, stmt: A.Stmt, out) -> None:
+        what = {
+            A.ImportStmt: "`import`",
+            A.PortStmt: "`port`",
+            A.UseStmt: "`use` (model instances)",
+            A.ConnectStmt: "`connect`",
+            A.DistributionStmt: "`distribution learn` (constraint discovery)",
+            A.GroupStmt: "`group` (Hamel reduction)",
+        }[type(stmt)]
+        raise PdslError.at(
+            "NotYetSupported",
+            f"{what} is part of the language but not implemented yet",
+            stmt.span,
+            "see docs/language.md for what this release lowers",
+        )
+
+    def _equation(self, stmt: A.EquationStmt, bind, out) -> None:
+        ev = self._ev(bind)
+        lhs, rhs = ev.number(stmt.lhs), ev.number(stmt.rhs)
+        for a, b in _pairs(lhs, rhs, stmt.span):
+            out["equations"].append(M.Equation(lhs=a, rhs=b, span=stmt.span))
+
+    def _constraint(self, stmt: A.ConstraintStmt, bind, out) -> None:
+        ev = self._ev(bind)
+        lhs, rhs = ev.number(stmt.lhs), ev.number(stmt.rhs)
+        for a, b in _pairs(lhs, rhs, stmt.span):
+            residual = a - b
+            out["constraints"].append(M.Constraint(residual=residual, kind=classify_constraint(residual, stmt.span), span=stmt.span))
+
+    def _single(self, stmt, out, single) -> None:
+        key = "lagrangian" if isinstance(stmt, A.LagrangianStmt) else "hamiltonian"
+        if stmt.loops:
+            raise PdslError.at("BadLoop", f"`{key}` cannot have a `for` clause; use sum(... for i in 1..N)", stmt.loops[0].span)
+        if single[key] is not None:
+            raise PdslError.at("DuplicateDefinition", f"the model has two `{key}` statements (first at line {single[key].span.line})", stmt.span, f"add the terms into one `{key}`")
+        expr = self._ev().scalar(stmt.expr, f"the {key}")
+        single[key] = M.Located(expr=expr, span=stmt.span)
+
+    def _point(self, value, span: Span):
+        if isinstance(value, BodyRef):
+            return value.point(span)
+        if isinstance(value, M.PointRef):
+            return value
+        raise PdslError.at("TypeMismatch", "expected a body, `ground`, or a point such as `body.at([...])`", span)
+
+    def _connector(self, stmt: A.ConnectorStmt, bind, out) -> None:
+        spec = _CONNECTOR_OPTIONS[stmt.kind]
+        if len(stmt.args) != 2:
+            raise PdslError.at("WrongArity", f"`{stmt.kind}` connects two points, got {len(stmt.args)}", stmt.span, f"{stmt.kind} A, B" + "".join(f", {k} = ..." for k in spec))
+        ev = self._ev(bind, allow_der=False)
+        a = self._point(ev.eval(stmt.args[0]), stmt.args[0].span)
+        b = self._point(ev.eval(stmt.args[1]), stmt.args[1].span)
+        if a.body is not None and a.body == b.body and (a.local == b.local):
+            raise PdslError.at("SelfConnection", f"`{stmt.kind}` from `{a.text}` to itself", stmt.span, "a connector needs two different points")
+        if a.body is None and b.body is None:
+            raise PdslError.at("SelfConnection", f"`{stmt.kind}` between two fixed points constrains nothing", stmt.span)
+        if stmt.kind == "hinge":
+            for p in (a, b):
+                if p.body is not None and self._body_dim(p.body) == 0:
+                    raise PdslError.at("NotARigidBody", f"a hinge on point mass `{p.body}`: a point has no orientation", stmt.span, "use `joint` for a point mass, or make it `rigid(...)`")
+        options = {}
+        for kw in stmt.kwargs:
+            if kw.name not in spec:
+                raise PdslError.at("UnknownArgument", f"`{stmt.kind}` has no option `{kw.name}`", kw.span, "options: " + (", ".join(spec) or "none"))
+            if kw.name in options:
+                raise PdslError.at("DuplicateDefinition", f"`{kw.name}` is given twice", kw.span)
+            v = ev.number(kw.value)
+            if kw.name == "axis":
+                if not (isinstance(v, sp.MatrixBase) and v.shape == (self.space, 1)):
+                    raise PdslError.at("TypeMismatch", f"`axis` must be a vector of length {self.space}", kw.value.span)
+            else:
+                v = ev.scalar(kw.value, f"`{kw.name}`")
+            options[kw.name] = v
+        for name, required in spec.items():
+            if required and name not in options:
+                raise PdslError.at("MissingArgument", f"`{stmt.kind}` needs `{name} = ...`", stmt.span)
+        out["connectors"].append(M.Connector(kind=stmt.kind, a=a, b=b, options=options, span=stmt.span))
+
+    def _body_dim(self, name: str) -> int:
+        for d in self.names.values():
+            if d.kind != "body":
+                continue
+            refs = d.value.items if isinstance(d.value, ArrayRef) else [d.value]
+            for r in refs:
+                if r.name == name:
+                    return len(r.nodes) - 1
+        return 0
+
+    def _gravity(self, stmt: A.GravityStmt, bind, out) -> None:
+        ev = self._ev(bind, allow_der=False)
+        g = ev.scalar(stmt.g, "the gravity constant")
+        if stmt.along is None:
+            direction = sp.ImmutableMatrix([0] * (self.space - 1) + [-1])
+        else:
+            direction = ev.number(stmt.along)
+            if not (isinstance(direction, sp.MatrixBase) and direction.shape == (self.space, 1)):
+                raise PdslError.at("TypeMismatch", f"`along` must be a vector of length {self.space}", stmt.along.span)
+        out["gravity"].append(M.Gravity(g=g, direction=direction, span=stmt.span))
+
+    def _potential(self, stmt: A.PotentialStmt, bind, out) -> None:
+        out["potentials"].append(M.Located(expr=self._ev(bind, allow_der=False).scalar(stmt.expr, "a potential"), span=stmt.span))
+
+    def _force(self, stmt: A.ForceStmt, bind, out) -> None:
+        ev = self._ev(bind)
+        target = ev.eval(stmt.target)
+        coords = {d.value for d in self.names.values() if d.kind == "coord" and isinstance(d.value, sp.Symbol)}
+        coords |= {x for d in self.names.values() if d.kind == "coord" and isinstance(d.value, ArrayRef) for x in d.value.items}
+        if isinstance(target, sp.Symbol) and target in coords:
+            q = ev.scalar(stmt.force, "a generalized force")
+            out["generalized_forces"].append(M.GeneralizedForce(coord=target, force=q, span=stmt.span))
+            return
+        f = ev.number(stmt.force)
+        if not (isinstance(f, sp.MatrixBase) and f.shape == (self.space, 1)):
+            raise PdslError.at("TypeMismatch", f"a force is a vector of length {self.space}", stmt.force.span)
+        at = self._point(ev.eval(stmt.target), stmt.target.span)
+        out["forces"].append(M.Force(force=f, at=at, span=stmt.span))
+
+    def _ph_element(self, stmt, bind, out) -> None:
+        """p-H statements are resolved by the port-Hamiltonian lowering; keep them located."""
+        out["elements"].append(M.Element(kind=type(stmt).__name__, name=getattr(stmt, "name", None), data={"ast": stmt, "bind": bind}, span=stmt.span))
+
+
+class _PendingOutput:
+    """Placeholder bound to an output's name until its value is known."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+def classify_constraint(residual: sp.Expr, span: Span) -> str:
+    """holonomic (no der), velocity (affine in der(...)), or an error explaining why not."""
+    ders = sorted((s for s in residual.free_symbols if S.is_der(s)), key=lambda s: s.name)
+    if not ders:
+        return "holonomic"
+    for a, b in itertools.combinations_with_replacement(ders, 2):
+        if sp.simplify(sp.diff(residual, a, b)) != 0:
+            raise PdslError.at(
+                "BadConstraint",
+                f"this constraint is not linear in the velocities (it is nonlinear in `{a}`"
+                + (f" and `{b}`" if a != b else "") + ")",
+                span,
+                "constraints are holonomic Φ(q) = 0 or linear velocity constraints a(q)·der(q) = 0",
+            )
+    affine = residual.subs({d: 0 for d in ders})
+    if sp.simplify(affine) != 0:
+        raise PdslError.at(
+            "BadConstraint",
+            "this velocity constraint has a term without any der(...): it is affine, not linear, in the velocities",
+            span,
+            "write it as a(q)·der(q) = 0 (a rheonomic constraint is not supported)",
+        )
+    return "velocity"
+
+
+def _pairs(lhs, rhs, span: Span):
+    lv, rv = isinstance(lhs, sp.MatrixBase), isinstance(rhs, sp.MatrixBase)
+    if lv and rv:
+        if lhs.shape != rhs.shape:
+            raise PdslError.at("TypeMismatch", f"the two sides have shapes {lhs.shape} and {rhs.shape}", span)
+        return list(zip(lhs, rhs))
+    if lv or rv:
+        if (lv and rhs == 0) or (rv and lhs == 0):
+            return [(a, sp.Integer(0)) for a in (lhs if lv else rhs)]
+        raise PdslError.at("TypeMismatch", "one side is an array and the other a scalar", span)
+    return [(lhs, rhs)]
+
+
+def _names_in(e: A.Expr) -> set[str]:
+    out: set[str] = set()
+
+    def walk(x):
+        if isinstance(x, A.Name):
+            out.add(x.id)
+        elif isinstance(x, A.Expr | A.KwArg):
+            for f in x.__dataclass_fields__:
+                v = getattr(x, f)
+                if isinstance(v, tuple):
+                    for i in v:
+                        walk(i)
+                else:
+                    walk(v)
+
+    walk(e)
+    return out
