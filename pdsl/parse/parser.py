@@ -12,7 +12,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 from ..diagnostics import PdslError, Span, register_source
 from . import ast as A
 
-__all__ = ["parse_text", "parse_file", "grammar_path"]
+__all__ = ["parse_text", "parse_file", "parse_expression", "grammar_path"]
 
 
 def grammar_path() -> Path:
@@ -59,6 +59,7 @@ def _lark() -> Lark:
         postlex=LineJoiner(),
         propagate_positions=True,
         maybe_placeholders=True,
+        start=["start", "expr_only"],
     )
 
 
@@ -145,10 +146,20 @@ def parse_text(text: str, path: str = "<string>") -> A.File:
     """Parse ``.phm`` source into an :class:`ast.File` (raises :class:`PdslError`)."""
     register_source(path, text)
     try:
-        tree = _lark().parse(text)
+        tree = _lark().parse(text, start="start")
     except UnexpectedInput as err:
         raise _syntax_error(err, path, text) from None
     return _ToAst(path).transform(tree)
+
+
+def parse_expression(text: str, origin: str = "<command line>") -> A.Expr:
+    """Parse one expression (a command-line value) with the model grammar."""
+    register_source(origin, text)
+    try:
+        tree = _lark().parse(text, start="expr_only")
+    except UnexpectedInput as err:
+        raise _syntax_error(err, origin, text) from None
+    return _ToAst(origin).transform(tree)
 
 
 def parse_file(path: str | Path) -> A.File:
@@ -186,6 +197,9 @@ class _ToAst(Transformer):
         return _span_of(self.path, meta)
 
     # -- file / model
+    def expr_only(self, meta, items):
+        return items[0]
+
     def start(self, meta, items):
         imports = tuple(i for i in items if isinstance(i, A.ImportStmt))
         models = tuple(i for i in items if isinstance(i, A.ModelDef))

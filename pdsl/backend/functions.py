@@ -1,0 +1,147 @@
+"""SymbolicSystem -> named CasADi Functions (rhs / DAE, energy, outputs, constraints).
+
+Signatures (column vectors): ``t`` scalar, ``x`` states, ``z`` algebraic
+variables, ``p`` parameters (physical parameters, then network weights), ``u``
+exogenous inputs.
+
+* ``rhs(t, x, p, u) -> xdot``           (ODE systems)
+* ``dae(t, x, z, p, u) -> (xdot, g)``   (every system; g empty for an ODE)
+* ``energy(t, x, p, u) -> E``           (when the model has an energy)
+* ``outputs(t, x, z, p, u) -> y``
+* ``constraints(t, x, p) -> Φ``         (holonomic constraints, for drift monitoring)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import casadi as ca
+import numpy as np
+import sympy as sp
+
+from .. import symbols as S
+from ..diagnostics import PdslError
+from ..lower.ir import SymbolicSystem
+from .neural import MLPGraph, init_weights, n_weights
+from .sympy_to_casadi import Converter
+
+__all__ = ["NumericSystem", "to_casadi"]
+
+
+@dataclass(frozen=True)
+class NumericSystem:
+    system: SymbolicSystem
+    kind: str  # "SX" or "MX"
+    x_names: tuple[str, ...]
+    z_names: tuple[str, ...]
+    p_names: tuple[str, ...]
+    u_names: tuple[str, ...]
+    y_names: tuple[str, ...]
+    p_default: np.ndarray
+    dae: ca.Function
+    rhs: ca.Function | None
+    energy: ca.Function | None
+    outputs: ca.Function
+    constraints: ca.Function
+    x_start: np.ndarray
+    z_start: np.ndarray
+
+    @property
+    def nx(self) -> int:
+        return len(self.x_names)
+
+    @property
+    def nz(self) -> int:
+        return len(self.z_names)
+
+    def param_vector(self, overrides: dict[str, float] | None = None) -> np.ndarray:
+        p = self.p_default.copy()
+        for name, value in (overrides or {}).items():
+            p[self.p_names.index(name)] = value
+        return p
+
+
+def to_casadi(system: SymbolicSystem, *, seed: int = 0, kind: str | None = None) -> NumericSystem:
+    """Translate a symbolic system into CasADi Functions (SX, or MX when it holds networks)."""
+    if kind is None:
+        kind = "MX" if system.neural else "SX"
+    T = ca.SX if kind == "SX" else ca.MX
+    nn_list = [n for n in system.neural if n.n_in is not None]
+    n_w = sum(n_weights(n) for n in nn_list)
+    t = T.sym("t")
+    x = T.sym("x", len(system.states))
+    z = T.sym("z", len(system.algebraics))
+    p = T.sym("p", len(system.params) + n_w)
+    u_list = system.exogenous_inputs
+    u = T.sym("u", len(u_list))
+
+    def split(v, n):
+        return ca.vertsplit(v) if n else []
+
+    xs, zs, ps, us = split(x, x.shape[0]), split(z, z.shape[0]), split(p, p.shape[0]), split(u, u.shape[0])
+    symbols: dict[sp.Symbol, object] = {S.TIME: t}
+    symbols.update({s.symbol: xs[i] for i, s in enumerate(system.states)})
+    symbols.update({a.symbol: zs[i] for i, a in enumerate(system.algebraics)})
+    symbols.update({q.symbol: ps[i] for i, q in enumerate(system.params)})
+    symbols.update({v.symbol: us[i] for i, v in enumerate(u_list)})
+
+    neural = {}
+    weights = []
+    offset = len(system.params)
+    for k, nn in enumerate(nn_list):
+        nw = n_weights(nn)
+        neural[nn.fn.__name__] = MLPGraph(nn, p[offset : offset + nw])
+        weights.append(init_weights(nn, seed + k))
+        offset += nw
+    conv = Converter(symbols, neural)
+    laws = system.input_laws()
+
+    def c(expr):
+        return conv(expr.xreplace(laws) if laws else expr)
+
+    nx = len(system.states)
+    if system.is_explicit():
+        xdot = ca.vertcat(*[c(e.rhs) for e in system.differential]) if nx else T(0, 1)
+    else:
+        A_sym, b_sym = system.linear_system()
+        A, b = c(A_sym), c(b_sym)
+        w = ca.solve(A, b) if kind == "SX" else ca.solve(A, b, "qr")
+        xdot = w[:nx]
+    g = ca.vertcat(*[c(e.lhs - e.rhs) for e in system.algebraic]) if system.algebraic else T(0, 1)
+    x_names = tuple(s.name for s in system.states)
+    z_names = tuple(a.name for a in system.algebraics)
+    p_names = tuple(q.name for q in system.params) + tuple(
+        f"{nn.name}.w[{i}]" for nn in nn_list for i in range(n_weights(nn))
+    )
+    u_names = tuple(v.name for v in u_list)
+    y_names = tuple(o.name for o in system.outputs)
+    io = dict(input_names=["t", "x", "z", "p", "u"])
+    dae = ca.Function("dae", [t, x, z, p, u], [xdot, g], io["input_names"], ["xdot", "g"])
+    rhs = None if system.algebraics else ca.Function("rhs", [t, x, p, u], [xdot], ["t", "x", "p", "u"], ["xdot"])
+    energy = None
+    if system.energy is not None:
+        energy = ca.Function("energy", [t, x, p, u], [c(system.energy)], ["t", "x", "p", "u"], ["E"])
+    y = ca.vertcat(*[c(o.expr) for o in system.outputs]) if system.outputs else T(0, 1)
+    outputs = ca.Function("outputs", [t, x, z, p, u], [y], io["input_names"], ["y"])
+    phi = ca.vertcat(*[c(k.residual) for k in system.constraints]) if system.constraints else T(0, 1)
+    constraints = ca.Function("constraints", [t, x, p], [phi], ["t", "x", "p"], ["phi"])
+    p_default = np.concatenate([[q.default for q in system.params], *weights]) if weights else np.array(
+        [q.default for q in system.params], dtype=float
+    )
+    return NumericSystem(
+        system=system,
+        kind=kind,
+        x_names=x_names,
+        z_names=z_names,
+        p_names=p_names,
+        u_names=u_names,
+        y_names=y_names,
+        p_default=np.asarray(p_default, dtype=float),
+        dae=dae,
+        rhs=rhs,
+        energy=energy,
+        outputs=outputs,
+        constraints=constraints,
+        x_start=np.array([s.start if s.start is not None else 0.0 for s in system.states], dtype=float),
+        z_start=np.array([a.start if a.start is not None else 0.0 for a in system.algebraics], dtype=float),
+    )

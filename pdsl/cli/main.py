@@ -1,0 +1,196 @@
+"""The ``pdsl`` command: a thin layer over the library, one function per subcommand.
+
+Exit codes: 0 ok, 2 user error (a model, data or option problem, reported as
+located diagnostics), 1 internal error (``--debug`` shows the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+
+from ..diagnostics import Diagnostic, PdslError, render
+
+EXIT_OK, EXIT_INTERNAL, EXIT_USER = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse's own errors become pdsl diagnostics
+        raise PdslError(Diagnostic("BadOption", message, hint=f"see `{self.prog} --help`"))
+
+
+def _common(p: argparse.ArgumentParser, *, model: bool = True) -> None:
+    p.add_argument("file", help="a .phm model file")
+    if model:
+        p.add_argument("--model", help="which model of the file (needed when it holds several)")
+    p.add_argument("--const", action="append", default=[], metavar="NAME=INT", help="override a structural const")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="pdsl", description="Declarative physical models: check, show, simulate.")
+    ap.add_argument("--debug", action="store_true", help="show Python tracebacks for internal errors")
+    ap.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = ap.add_subparsers(dest="command", parser_class=_Parser)
+
+    p = sub.add_parser("check", help="parse, resolve and check a model file")
+    _common(p, model=False)
+
+    p = sub.add_parser("show", help="show states, parameters and the derived equations")
+    _common(p)
+    p.add_argument("--format", choices=["text", "markdown", "latex"], default="text")
+    p.add_argument("--formulation", default="hamiltonian", help="hamiltonian|lagrangian (Cartesian mechanics)")
+    p.add_argument("--raw", action="store_true", help="print equations as derived, without simplifying them for display")
+
+    p = sub.add_parser("simulate", help="integrate a model and write a CSV (and a plot)")
+    _common(p)
+    p.add_argument("--t-end", type=float, required=True, help="final time")
+    p.add_argument("--dt", type=float, required=True, help="output sampling interval")
+    p.add_argument("--init", action="append", default=[], metavar="NAME=VALUE", help="initial value of a state")
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="parameter value")
+    p.add_argument("--input", action="append", default=[], metavar="NAME=EXPR", help='exogenous input, e.g. "F=sin(t)"')
+    p.add_argument("--input-data", metavar="CSV", help="CSV with a t column and one column per exogenous input")
+    p.add_argument("--rtol", type=float, default=1e-8)
+    p.add_argument("--atol", type=float, default=None, help="absolute tolerance (default rtol/100)")
+    p.add_argument("--integrator", default=None, help="cvodes (Adams, default for ODEs), cvodes-bdf (stiff), idas (DAEs)")
+    p.add_argument("--formulation", default="hamiltonian", help="hamiltonian|lagrangian (Cartesian mechanics)")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.csv")
+    p.add_argument("--plot", metavar="OUT.png", help="plot every state against time")
+    return ap
+
+
+def _consts(items: list[str]) -> dict[str, int]:
+    from ..sim.simulate import parse_assignment
+
+    out = {}
+    for item in items:
+        name, value = parse_assignment(item, "--const")
+        try:
+            out[name] = int(value)
+        except ValueError:
+            raise PdslError.at("BadOption", f"--const {name}={value}: a const is an integer") from None
+    return out
+
+
+def cmd_check(args) -> int:
+    from ..lower import formalism_of
+    from ..pipeline import load_models
+
+    models = load_models(args.file, consts=_consts(args.const))
+    if not models:
+        raise PdslError.at("EmptyFile", f"{args.file} defines no model")
+    for m in models:
+        counts = []
+        for label, n in (
+            ("params", len(m.params)), ("inputs", len(m.inputs)), ("outputs", len(m.outputs)),
+            ("variables", len(m.variables)), ("bodies", len(m.bodies)), ("connectors", len(m.connectors)),
+            ("constraints", len(m.constraints)), ("equations", len(m.equations)), ("networks", len(m.neural)),
+            ("elements", len(m.elements)),
+        ):
+            if n:
+                counts.append(f"{n} {label}")
+        print(f"ok  {m.name:<20} {formalism_of(m):<16} {', '.join(counts)}")
+    return EXIT_OK
+
+
+def cmd_show(args) -> int:
+    from ..lower import lower
+    from ..pipeline import load_models, select_model
+    from ..show import render_system
+
+    m = select_model(load_models(args.file, consts=_consts(args.const)), args.model, args.file)
+    system = lower(m, args.formulation)
+    sys.stdout.write(render_system(system, args.format, simplify=not args.raw))
+    return EXIT_OK
+
+
+def cmd_simulate(args) -> int:
+    from ..backend.functions import to_casadi
+    from ..data.csvio import write_table
+    from ..lower import lower
+    from ..pipeline import load_models, select_model
+    from ..sim.simulate import input_from_expression, inputs_from_csv, parse_assignment, parse_float, simulate, time_grid
+
+    grid = time_grid(args.t_end, args.dt)
+    for opt, v in (("--rtol", args.rtol), ("--atol", args.atol)):
+        if v is not None and not (0 < v < 1):
+            raise PdslError.at("BadOption", f"{opt} must be between 0 and 1, got {v}")
+    m = select_model(load_models(args.file, consts=_consts(args.const)), args.model, args.file)
+    num = to_casadi(lower(m, args.formulation))
+    init = {}
+    for item in args.init:
+        name, value = parse_assignment(item, "--init")
+        init[name] = parse_float(value, f"--init {name}")
+    params = {}
+    for item in args.param:
+        name, value = parse_assignment(item, "--param")
+        params[name] = parse_float(value, f"--param {name}")
+    inputs = {}
+    if args.input_data:
+        inputs.update(inputs_from_csv(args.input_data, num.u_names))
+    for item in args.input:
+        name, value = parse_assignment(item, "--input")
+        if name not in num.u_names:
+            hint = "exogenous inputs: " + (", ".join(num.u_names) or "none (inputs with a feedback law are computed by the model)")
+            raise PdslError.at("BadOption", f"--input {name}: the model has no exogenous input `{name}`", hint=hint)
+        inputs[name] = input_from_expression(num, name, value)
+    res = simulate(num, grid, x0=init, params=params, inputs=inputs, rtol=args.rtol, atol=args.atol, integrator=args.integrator)
+    names, data = res.columns()
+    _write(lambda: write_table(args.output, names, data), args.output)
+    print(f"{m.name}: {len(grid)} samples, t = 0 … {grid[-1]:g}, {res.info['integrator']} rtol {args.rtol:g} -> {args.output}")
+    if res.energy is not None:
+        e0 = res.energy[0]
+        drift = abs(res.energy - e0).max()
+        rel = drift / abs(e0) if e0 != 0 else float("nan")
+        print(f"  energy: E(0) = {e0:.10g}, max |E(t) − E(0)| = {drift:.3e} (relative {rel:.3e})")
+    if res.constraint_rms is not None:
+        print(f"  constraint violation: final RMS {res.constraint_rms[-1]:.3e}, max RMS {res.constraint_rms.max():.3e}")
+    if args.plot:
+        from ..sim.plot import plot_states
+
+        _write(lambda: plot_states(res, args.plot, title=m.name), args.plot)
+        print(f"  plot -> {args.plot}")
+    return EXIT_OK
+
+
+def _write(fn, path):
+    try:
+        fn()
+    except OSError as exc:
+        raise PdslError.at("CannotWrite", f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+COMMANDS = {"check": cmd_check, "show": cmd_show, "simulate": cmd_simulate}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    try:
+        args = build_parser().parse_args(argv)
+        if args.version:
+            from .. import __version__
+
+            print(f"pdsl {__version__}")
+            return EXIT_OK
+        if args.command is None:
+            build_parser().print_help()
+            return EXIT_USER
+        return COMMANDS[args.command](args)
+    except PdslError as err:
+        print(render(err.diagnostics, color=sys.stderr.isatty()), file=sys.stderr)
+        return EXIT_USER
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception:  # noqa: BLE001 - the one place internal errors are reported
+        if debug:
+            traceback.print_exc()
+        else:
+            exc = sys.exc_info()[1]
+            print(f"internal error: {type(exc).__name__}: {exc}\n(this is a bug in pdsl; run with --debug for the traceback)", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+def entry() -> None:
+    sys.exit(main())

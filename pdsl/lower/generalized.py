@@ -1,0 +1,211 @@
+"""Generalized coordinates: Euler–Lagrange (with constraints) and Hamilton's equations.
+
+Euler–Lagrange is kept in mass-matrix form, ``M(q) q̈ + Gᵀλ = f``, and never
+inverted symbolically; the numeric backend solves it.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from .. import symbols as S
+from ..diagnostics import Collector, PdslError
+from ..resolve.model import Model
+from .common import check_finite, check_no_unsupported, make_state, resolve_input_laws
+from .ir import Constraint, Equation, SymbolicSystem
+
+
+def _coords(model: Model, formalism: str):
+    diags = Collector()
+    coords = model.variables_of("coord")
+    for v in model.variables_of("var"):
+        diags.error(
+            "MixedFormalism",
+            f"`{v.name}` is a `var`, but this model is written with a {formalism}",
+            v.span,
+            "declare generalized coordinates with `coord` (and momenta with `momentum`)",
+        )
+    if not coords:
+        span = (model.lagrangian or model.hamiltonian).span
+        diags.error("MissingDeclaration", f"a {formalism} needs generalized coordinates", span, "declare them: `coord q1, q2`")
+    diags.raise_if_any()
+    return coords
+
+
+def lower_lagrangian(model: Model) -> SymbolicSystem:
+    """d/dt ∂L/∂q̇ − ∂L/∂q = Q + Gᵀλ, with G q̇ = 0 for the velocity-level constraints."""
+    check_no_unsupported(model, {"lagrangian", "constraints", "generalized_forces"}, "lagrangian")
+    resolve_input_laws(model)
+    coords = _coords(model, "lagrangian")
+    if model.variables_of("momentum"):
+        v = model.variables_of("momentum")[0]
+        raise PdslError.at("MixedFormalism", "`momentum` belongs to a `hamiltonian` model, not a `lagrangian` one", v.span)
+    L = model.lagrangian.expr
+    span = model.lagrangian.span
+    check_finite(L, span, "the lagrangian")
+    q = [c.symbol for c in coords]
+    v = [S.der(x) for x in q]  # the rate states, named der(q)
+    pos_states = [make_state(c.name, c.symbol, c.start, c.span) for c in coords]
+    vel_states = [make_state(S.der_name(c.name), S.der(c.symbol), None, c.span) for c in coords]
+    acc = [s.rate for s in vel_states]
+    _check_lagrangian_symbols(model, L, span)
+
+    # generalized forces by coordinate
+    Q = {x: sp.Integer(0) for x in q}
+    force_origin = {}
+    for f in model.generalized_forces:
+        Q[f.coord] += f.force
+        force_origin[f.coord] = f.span
+    n = len(q)
+    p = [sp.diff(L, vi) for vi in v]  # generalized momenta ∂L/∂q̇
+    rows = []
+    for i in range(n):
+        lhs = sum((sp.diff(p[i], v[j]) * acc[j] for j in range(n)), sp.Integer(0))
+        rhs = sp.diff(L, q[i]) - sum((sp.diff(p[i], q[j]) * v[j] for j in range(n)), sp.Integer(0)) - sp.diff(p[i], S.TIME)
+        rhs = rhs + Q[q[i]]
+        rows.append([lhs, rhs, f"Euler–Lagrange for {coords[i].name}"])
+
+    # constraints, all at velocity level: G(q) q̇ = 0
+    multipliers, constraint_rows, holonomic = [], [], []
+    for k, c in enumerate(model.constraints):
+        lam = S.multiplier(k + 1)
+        multipliers.append(lam)
+        if c.kind == "holonomic":
+            _check_config_only(c.residual, set(q), c.span, model)
+            G = [sp.diff(c.residual, x) for x in q]
+            dt_term = sp.diff(c.residual, S.TIME)
+            holonomic.append(Constraint(residual=c.residual, origin=c.span, label=f"constraint {k + 1}"))
+            if all(g == 0 for g in G):
+                raise PdslError.at("DegenerateConstraint", "this constraint does not involve any coordinate", c.span)
+            vel = sum((G[j] * v[j] for j in range(n)), dt_term)
+        else:
+            G = [sp.diff(c.residual, vi) for vi in v]
+            vel = c.residual
+            extra = (c.residual.free_symbols & {S.der(x) for x in model_symbols(model)}) - set(v)
+            if extra:
+                raise PdslError.at("BadConstraint", "a velocity constraint may only use der() of coordinates", c.span)
+        # d/dt (G q̇ + ∂Φ/∂t) = G q̈ + (∂vel/∂q) q̇ + ∂vel/∂t = 0
+        lhs = sum((G[j] * acc[j] for j in range(n)), sp.Integer(0))
+        rhs = -sum((sp.diff(vel, q[j]) * v[j] for j in range(n)), sp.Integer(0)) - sp.diff(vel, S.TIME)
+        constraint_rows.append(Equation(lhs=lhs, rhs=rhs, origin=c.span, label=f"{c.kind} constraint {k + 1} (acceleration level)"))
+        for i in range(n):
+            rows[i][0] = rows[i][0] - G[i] * lam  # M q̈ − Gᵀλ = f
+
+    kinematic = [
+        Equation(lhs=s.rate, rhs=vs.symbol, origin=s.span, label="kinematics") for s, vs in zip(pos_states, vel_states)
+    ]
+    dynamic = [Equation(lhs=lhs, rhs=rhs, origin=span, label=label) for lhs, rhs, label in rows]
+    energy = sum((vi * pi for vi, pi in zip(v, p)), sp.Integer(0)) - L
+    _check_regular(model, p, v, span)
+    return SymbolicSystem(
+        name=model.name,
+        doc=model.doc,
+        path=model.path,
+        formalism="lagrangian",
+        states=tuple(pos_states + vel_states),
+        algebraics=(),
+        multipliers=tuple(multipliers),
+        params=model.params,
+        inputs=model.inputs,
+        outputs=model.outputs,
+        neural=model.neural,
+        differential=tuple(kinematic + dynamic + constraint_rows),
+        algebraic=(),
+        energy=energy,
+        energy_origin=span,
+        constraints=tuple(holonomic),
+        span=model.span,
+    )
+
+
+def model_symbols(model: Model):
+    return [v.symbol for v in model.variables]
+
+
+def _check_config_only(residual, q, span, model):
+    bad = {s for s in residual.free_symbols if S.is_der(s)}
+    if bad:
+        raise AssertionError("holonomic constraint with der")  # classify_constraint guarantees this
+
+
+def _check_lagrangian_symbols(model: Model, L, span) -> None:
+    allowed = {S.TIME} | {p.symbol for p in model.params} | {u.symbol for u in model.inputs}
+    for c in model.variables_of("coord"):
+        allowed |= {c.symbol, S.der(c.symbol)}
+    _check_symbols(L, allowed, span, "the lagrangian")
+
+
+def _check_symbols(expr, allowed, span, what) -> None:
+    bad = sorted((s for s in expr.free_symbols if s not in allowed), key=lambda s: s.name)
+    if bad:
+        raise PdslError.at(
+            "NotAllowedHere", f"{what} uses {', '.join(f'`{b}`' for b in bad)}, which {'is' if len(bad) == 1 else 'are'} not allowed there", span
+        )
+
+
+def _check_regular(model: Model, p, v, span) -> None:
+    """The mass matrix ∂²L/∂q̇² must not be identically singular (checked at a random point)."""
+    import random
+
+    M = sp.Matrix([[sp.diff(pi, vj) for vj in v] for pi in p])
+    if any(M[i, i] == 0 and all(M[i, j] == 0 for j in range(len(v))) for i in range(len(v))):
+        i = next(i for i in range(len(v)) if all(M[i, j] == 0 for j in range(len(v))))
+        raise PdslError.at(
+            "SingularMassMatrix",
+            f"the lagrangian does not depend on der({model.variables_of('coord')[i].name}) quadratically: "
+            "its mass matrix is singular",
+            span,
+            "every coordinate needs a kinetic energy term",
+        )
+
+
+def lower_hamiltonian(model: Model) -> SymbolicSystem:
+    """q̇ = ∂H/∂p, ṗ = −∂H/∂q (coords and momenta paired in declaration order)."""
+    check_no_unsupported(model, {"hamiltonian", "generalized_forces"}, "hamiltonian")
+    resolve_input_laws(model)
+    coords = _coords(model, "hamiltonian")
+    momenta = model.variables_of("momentum")
+    H = model.hamiltonian.expr
+    span = model.hamiltonian.span
+    if len(momenta) != len(coords):
+        raise PdslError.at(
+            "UnbalancedSystem",
+            f"{len(coords)} coordinate{'s' if len(coords) != 1 else ''} but {len(momenta)} momenta",
+            (momenta[0].span if momenta else span),
+            "declare one `momentum` per `coord`, in the same order",
+        )
+    check_finite(H, span, "the hamiltonian")
+    allowed = {S.TIME} | {p.symbol for p in model.params} | {u.symbol for u in model.inputs}
+    allowed |= {c.symbol for c in coords} | {m.symbol for m in momenta}
+    _check_symbols(H, allowed, span, "the hamiltonian")
+    Q = {c.symbol: sp.Integer(0) for c in coords}
+    for f in model.generalized_forces:
+        Q[f.coord] += f.force
+    q_states = [make_state(c.name, c.symbol, c.start, c.span) for c in coords]
+    p_states = [make_state(m.name, m.symbol, m.start, m.span) for m in momenta]
+    rows = []
+    for qs, ps in zip(q_states, p_states):
+        rows.append(Equation(lhs=qs.rate, rhs=sp.diff(H, ps.symbol), origin=span, label=f"∂H/∂{ps.name}"))
+    for qs, ps in zip(q_states, p_states):
+        rows.append(
+            Equation(lhs=ps.rate, rhs=-sp.diff(H, qs.symbol) + Q[qs.symbol], origin=span, label=f"−∂H/∂{qs.name}")
+        )
+    return SymbolicSystem(
+        name=model.name,
+        doc=model.doc,
+        path=model.path,
+        formalism="hamiltonian",
+        states=tuple(q_states + p_states),
+        algebraics=(),
+        multipliers=(),
+        params=model.params,
+        inputs=model.inputs,
+        outputs=model.outputs,
+        neural=model.neural,
+        differential=tuple(rows),
+        algebraic=(),
+        energy=H,
+        energy_origin=span,
+        constraints=(),
+        span=model.span,
+    )

@@ -1,0 +1,126 @@
+"""The symbolic IR every formalism lowers to: :class:`SymbolicSystem`.
+
+Dynamics are kept in *linear-implicit* form, never inverted symbolically::
+
+    A(x, t) · w = b(x, z, t),      w = (ẋ, λ)         (``differential`` rows)
+    0 = g(x, z, t)                                     (``algebraic`` rows)
+
+``x`` are the differential states, ``λ`` Lagrange multipliers that are
+eliminated numerically by a linear solve, ``z`` algebraic variables left to a
+DAE solver. An explicit ODE is the special case A = I. Each row is an
+:class:`Equation` that remembers the model line it came from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy as sp
+
+from ..diagnostics import Span
+from ..resolve.model import Input, Neural, Output, Param
+
+_FROZEN = dict(frozen=True, slots=True, kw_only=True)
+
+
+@dataclass(**_FROZEN)
+class State:
+    """A differential state; ``rate`` is the unknown standing for its time derivative."""
+
+    name: str
+    symbol: sp.Symbol
+    rate: sp.Symbol
+    start: float | None
+    span: Span
+
+
+@dataclass(**_FROZEN)
+class Algebraic:
+    name: str
+    symbol: sp.Symbol
+    start: float | None
+    span: Span
+
+
+@dataclass(**_FROZEN)
+class Equation:
+    """``lhs = rhs``; for a differential row, lhs is linear in the rates and multipliers."""
+
+    lhs: sp.Expr
+    rhs: sp.Expr
+    origin: Span
+    label: str = ""
+
+
+@dataclass(**_FROZEN)
+class Constraint:
+    """A holonomic constraint Φ(x) = 0 kept for drift monitoring and projection."""
+
+    residual: sp.Expr
+    origin: Span
+    label: str = ""
+
+
+@dataclass(**_FROZEN)
+class SymbolicSystem:
+    name: str
+    doc: str | None
+    path: str
+    formalism: str  # plain | lagrangian | hamiltonian | ...
+    states: tuple[State, ...]
+    algebraics: tuple[Algebraic, ...]
+    multipliers: tuple[sp.Symbol, ...]
+    params: tuple[Param, ...]
+    inputs: tuple[Input, ...]
+    outputs: tuple[Output, ...]
+    neural: tuple[Neural, ...]
+    differential: tuple[Equation, ...]
+    algebraic: tuple[Equation, ...]
+    energy: sp.Expr | None
+    energy_origin: Span | None
+    constraints: tuple[Constraint, ...]
+    span: Span
+
+    # ------------------------------------------------------------ views
+    @property
+    def unknowns(self) -> tuple[sp.Symbol, ...]:
+        """w = (ẋ, λ): the unknowns of the linear-implicit differential rows."""
+        return tuple(s.rate for s in self.states) + self.multipliers
+
+    @property
+    def exogenous_inputs(self) -> tuple[Input, ...]:
+        return tuple(u for u in self.inputs if u.law is None)
+
+    @property
+    def is_dae(self) -> bool:
+        return bool(self.algebraics)
+
+    def state_names(self) -> list[str]:
+        return [s.name for s in self.states]
+
+    def linear_system(self) -> tuple[sp.Matrix, sp.Matrix]:
+        """(A, b) with A·w = b, read off the differential rows (which are linear in w)."""
+        w = self.unknowns
+        residual = sp.Matrix([e.lhs - e.rhs for e in self.differential])
+        A = residual.jacobian(w)
+        b = -residual.subs({s: 0 for s in w})
+        return A, b
+
+    def is_explicit(self) -> bool:
+        """True when every differential row reads ``der(x_i) = f_i`` (A is the identity)."""
+        if self.multipliers:
+            return False
+        rates = [s.rate for s in self.states]
+        return all(e.lhs == r for e, r in zip(self.differential, rates)) and all(
+            not (e.rhs.free_symbols & set(rates)) for e in self.differential
+        )
+
+    def input_laws(self) -> dict[sp.Symbol, sp.Expr]:
+        """In-model feedback laws, resolved so that no law refers to another input."""
+        laws = {u.symbol: u.law for u in self.inputs if u.law is not None}
+        for _ in range(len(laws) + 1):
+            new = {k: v.xreplace(laws) for k, v in laws.items()}
+            if new == laws:
+                break
+            laws = new
+        return laws

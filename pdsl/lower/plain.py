@@ -1,0 +1,115 @@
+"""Plain equations: ``der(x) = f`` and ``0 = g`` rows, taken as written."""
+
+from __future__ import annotations
+
+import itertools
+
+import sympy as sp
+
+from .. import symbols as S
+from ..diagnostics import Collector, PdslError
+from ..resolve.model import Model
+from .common import check_finite, check_no_unsupported, make_state, resolve_input_laws
+from .ir import Algebraic, Equation, SymbolicSystem
+
+
+def lower_plain(model: Model) -> SymbolicSystem:
+    check_no_unsupported(model, {"equations"}, "plain")
+    resolve_input_laws(model)
+    diags = Collector()
+    for v in model.variables:
+        if v.kind != "var":
+            diags.error(
+                "MixedFormalism",
+                f"`{v.name}` is declared `{v.kind}` but the model has no "
+                + ("`lagrangian` or `hamiltonian`" if v.kind == "coord" else "`hamiltonian`"),
+                v.span,
+                "use `var` for plain equations",
+            )
+    diags.raise_if_any()
+
+    ders = {S.der(v.symbol): v for v in model.variables}
+    used_ders = set().union(*(e.lhs.free_symbols | e.rhs.free_symbols for e in model.equations)) if model.equations else set()
+    for u in model.inputs:
+        if u.law is not None and u.law.free_symbols & set(ders):
+            raise PdslError.at(
+                "AlgebraicLoop",
+                f"the feedback law of input `{u.name}` uses a derivative der(...)",
+                u.span,
+                "feedback laws may use states, parameters, other inputs and t",
+            )
+    state_vars = [v for v in model.variables if S.der(v.symbol) in used_ders]
+    alg_vars = [v for v in model.variables if S.der(v.symbol) not in used_ders]
+    states = tuple(make_state(v.name, v.symbol, v.start, v.span) for v in state_vars)
+    to_rate = {S.der(s.symbol): s.rate for s in states}
+    rates = set(to_rate.values())
+
+    differential, algebraic = [], []
+    for eq in model.equations:
+        lhs, rhs = eq.lhs.xreplace(to_rate), eq.rhs.xreplace(to_rate)
+        check_finite(lhs - rhs, eq.span, "this equation")
+        present = sorted((lhs - rhs).free_symbols & rates, key=lambda s: s.name)
+        if not present:
+            if (lhs - rhs) == 0:
+                diags.error("TrivialEquation", "this equation is always true (0 = 0)", eq.span)
+                continue
+            algebraic.append(Equation(lhs=lhs, rhs=rhs, origin=eq.span, label="algebraic"))
+            continue
+        residual = lhs - rhs
+        nonlinear = [
+            (a, b) for a, b in itertools.combinations_with_replacement(present, 2) if sp.diff(residual, a, b) != 0
+        ]
+        if nonlinear:
+            a, b = nonlinear[0]
+            diags.error(
+                "NonlinearDerivative",
+                "this equation is nonlinear in the derivatives " + ", ".join(
+                    f"der({S.der_base(x).name if S.is_der(x) else x.name[3:-1]})" for x in {a, b}
+                ),
+                eq.span,
+                "pdsl integrates equations that are linear in der(...): A(x)·der(x) = f(x)",
+            )
+            continue
+        differential.append(Equation(lhs=lhs, rhs=rhs, origin=eq.span, label="ode"))
+
+    if len(differential) != len(states):
+        have = len(differential)
+        diags.error(
+            "UnbalancedSystem",
+            f"{len(states)} variable{'s' if len(states) != 1 else ''} appear under der(...) "
+            f"({', '.join(s.name for s in states) or 'none'}) but {have} equation{'s' if have != 1 else ''} contain der(...)",
+            model.span,
+            "every state needs exactly one differential equation",
+        )
+    if len(algebraic) != len(alg_vars):
+        diags.error(
+            "UnbalancedSystem",
+            f"{len(alg_vars)} algebraic variable{'s' if len(alg_vars) != 1 else ''} "
+            f"({', '.join(v.name for v in alg_vars) or 'none'}) but {len(algebraic)} algebraic equation"
+            f"{'s' if len(algebraic) != 1 else ''}",
+            (algebraic[len(alg_vars)].origin if len(algebraic) > len(alg_vars) else model.span),
+            "a variable that never appears under der(...) is algebraic and needs an equation `0 = ...`",
+        )
+    if not states and not alg_vars and not diags:
+        diags.error("EmptyModel", f"model `{model.name}` has no equations", model.span, "add `var x` and `der(x) = ...`")
+    diags.raise_if_any()
+
+    return SymbolicSystem(
+        name=model.name,
+        doc=model.doc,
+        path=model.path,
+        formalism="plain" if not alg_vars else "plain-dae",
+        states=states,
+        algebraics=tuple(Algebraic(name=v.name, symbol=v.symbol, start=v.start, span=v.span) for v in alg_vars),
+        multipliers=(),
+        params=model.params,
+        inputs=model.inputs,
+        outputs=model.outputs,
+        neural=model.neural,
+        differential=tuple(differential),
+        algebraic=tuple(algebraic),
+        energy=None,
+        energy_origin=None,
+        constraints=(),
+        span=model.span,
+    )

@@ -1,0 +1,222 @@
+"""Gradients of a scalar trajectory loss with respect to the parameters p and the initial state x0.
+
+A trajectory starts at x0 at ``t_grid[0]`` and is observed at ``t_grid[1:]``; the target holds
+the observed states as columns (nx x M, M = len(t_grid) - 1). The loss is the SSE of BENCHMARKS
+B4/Eq. 16, its mean (``mse``) or the sum of absolute errors (``l1``).
+
+Routes to the gradient (``mode``):
+
+* ``method="cvodes"``: ``forward`` gives CVODES forward sensitivities (one direction per entry of
+  x0 and p); ``adjoint`` and ``reverse`` both give CVODES adjoint sensitivities (CasADi's reverse
+  mode of an integrator is its adjoint).
+* fixed-step methods (``euler``, ``rk4``, ``midpoint``, ``gauss2``): ``forward`` and ``reverse``
+  are forward and reverse AD through the unrolled ``mapaccum`` rollout; ``adjoint`` is the
+  discrete adjoint of implicit midpoint (``make_midpoint_adjoint``), so ``method="midpoint"`` only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import casadi as ca
+import numpy as np
+
+from pdsl.numerics.fixed_step import make_rollout, rhs_dims
+
+__all__ = [
+    "LOSSES",
+    "MODES",
+    "LossGrad",
+    "batched_loss_and_grad",
+    "loss_and_grad",
+    "make_batched_loss_grad",
+    "make_loss_grad",
+    "make_midpoint_adjoint",
+    "make_trajectory",
+    "trajectory_loss",
+]
+
+LOSSES: tuple[str, ...] = ("sse", "mse", "l1")
+MODES: tuple[str, ...] = ("forward", "adjoint", "reverse")
+
+_DEFAULT_CVODES = {"abstol": 1e-10, "reltol": 1e-10}
+
+
+@dataclass(frozen=True, slots=True)
+class LossGrad:
+    """A trajectory loss and its gradients; ``grad_x0`` is (nx,) or (batch, nx) when batched."""
+
+    loss: float
+    grad_x0: np.ndarray
+    grad_p: np.ndarray
+
+
+def trajectory_loss(kind: str, X, target):
+    """Scalar loss of predicted states X against ``target`` (same shape); SSE is B4/Eq. 16."""
+    r = X - target
+    if kind == "sse":
+        return ca.sumsqr(r)
+    if kind == "mse":
+        return ca.sumsqr(r) / r.numel()
+    if kind == "l1":
+        return ca.sum1(ca.sum2(ca.fabs(r)))
+    raise ValueError(f"unknown loss {kind!r}; expected one of {', '.join(LOSSES)}")
+
+
+def _uniform_step(t_grid: np.ndarray) -> float:
+    """The spacing of a uniform grid; fixed-step methods take one step per observation interval."""
+    dt = np.diff(t_grid)
+    if not np.allclose(dt, dt[0], rtol=1e-9, atol=0.0):
+        raise ValueError("fixed-step methods need a uniformly spaced t_grid; use method='cvodes' for an irregular one")
+    return float(dt[0])
+
+
+def _as_grid(t_grid) -> np.ndarray:
+    grid = np.asarray(t_grid, dtype=float).ravel()
+    if grid.size < 2 or np.any(np.diff(grid) <= 0.0):
+        raise ValueError("t_grid needs the initial time and at least one later, strictly increasing observation time")
+    return grid
+
+
+def _cvodes_trajectory(f: ca.Function, grid: np.ndarray, options: Mapping | None) -> ca.Function:
+    """CVODES on the multi-point output grid ``grid[1:]`` (CasADi >= 3.6 integrator signature)."""
+    nx, np_ = rhs_dims(f)
+    sym = ca.SX.sym if f.is_a("SXFunction") else ca.MX.sym
+    t, x, p = sym("t"), sym("x", nx), sym("p", np_)
+    dae = {"t": t, "x": x, "p": p, "ode": f(t, x, p)}
+    opts = {**_DEFAULT_CVODES, **(options or {})}
+    return ca.integrator("cvodes_trajectory", "cvodes", dae, float(grid[0]), list(grid[1:]), opts)
+
+
+def make_trajectory(f: ca.Function, t_grid, *, method: str = "cvodes", integrator_options: Mapping | None = None, **step_options) -> ca.Function:
+    """``trajectory(x0, p) -> X`` (nx x M): the states at ``t_grid[1:]`` from x0 at ``t_grid[0]``."""
+    grid = _as_grid(t_grid)
+    nx, np_ = rhs_dims(f)
+    x0, p = ca.MX.sym("x0", nx), ca.MX.sym("p", np_)
+    if method == "cvodes":
+        X = _cvodes_trajectory(f, grid, integrator_options)(x0=x0, p=p)["xf"]
+    else:
+        X = make_rollout(f, method, _uniform_step(grid), grid.size - 1, **step_options)(grid[0], x0, p)
+    return ca.Function("trajectory", [x0, p], [X], ["x0", "p"], ["X"])
+
+
+def _gradient(L, w, mode: str):
+    """dL/dw as a column, by one reverse sweep or by forward sweeps seeded with the identity."""
+    if mode == "forward":
+        return ca.jtimes(L, w, ca.MX.eye(w.numel()), False).T
+    return ca.jtimes(L, w, ca.MX.ones(1, 1), True)
+
+
+def make_loss_grad(
+    f: ca.Function,
+    t_grid,
+    *,
+    method: str = "cvodes",
+    mode: str = "adjoint",
+    loss: str = "sse",
+    integrator_options: Mapping | None = None,
+    **step_options,
+) -> ca.Function:
+    """``loss_grad(x0, p, target) -> (loss, grad_x0, grad_p)`` for one trajectory.
+
+    ``integrator_options`` go to CVODES (default abstol = reltol = 1e-10); ``step_options``
+    (``solver``, ``n_iter``, ``tol``) go to ``make_step`` for the fixed-step methods.
+    """
+    if mode not in MODES:
+        raise ValueError(f"unknown sensitivity mode {mode!r}; expected one of {', '.join(MODES)}")
+    grid = _as_grid(t_grid)
+    if method != "cvodes" and mode == "adjoint":
+        if method != "midpoint":
+            raise ValueError(
+                f"mode 'adjoint' for a fixed-step method is the discrete adjoint of implicit midpoint; "
+                f"use method='midpoint', or mode='reverse' for {method!r}"
+            )
+        adjoint = make_midpoint_adjoint(f, _uniform_step(grid), grid.size - 1, loss=loss, **step_options)
+        x0, p, target = adjoint.mx_in()[1:]
+        return ca.Function("loss_grad", [x0, p, target], adjoint(grid[0], x0, p, target), ["x0", "p", "target"], ["loss", "grad_x0", "grad_p"])
+    trajectory = make_trajectory(f, grid, method=method, integrator_options=integrator_options, **step_options)
+    x0, p = trajectory.mx_in()
+    target = ca.MX.sym("target", x0.numel(), grid.size - 1)
+    L = trajectory_loss(loss, trajectory(x0, p), target)
+    grads = [_gradient(L, w, mode) for w in (x0, p)]
+    return ca.Function("loss_grad", [x0, p, target], [L, *grads], ["x0", "p", "target"], ["loss", "grad_x0", "grad_p"])
+
+
+def loss_and_grad(f: ca.Function, x0, p, t_grid, target, *, method: str = "cvodes", mode: str = "adjoint", loss: str = "sse", **options) -> LossGrad:
+    """Evaluate the loss and its gradients for one trajectory (see ``make_loss_grad``)."""
+    L, gx0, gp = make_loss_grad(f, t_grid, method=method, mode=mode, loss=loss, **options)(x0, p, target)
+    return LossGrad(loss=float(L), grad_x0=np.asarray(gx0).ravel(), grad_p=np.asarray(gp).ravel())
+
+
+def make_batched_loss_grad(f: ca.Function, t_grid, n_batch: int, *, n_threads: int = 1, **options) -> ca.Function:
+    """``(X0, p, targets) -> (loss, grad_X0, grad_p)`` summed over ``n_batch`` trajectories.
+
+    X0 is nx x B, targets is nx x (M B) (the per-trajectory targets side by side). The single
+    trajectory function is mapped over ``n_threads`` threads with p as a *non-repeated* input
+    (``reduce_in``) and the loss and grad_p summed (``reduce_out``). Every trajectory is
+    differentiated on its own before mapping: each instance is evaluated once, and no Jacobian
+    of the mapped function (block diagonal in X0) is ever formed.
+    """
+    single = make_loss_grad(f, t_grid, **options)
+    return single.map("batched_loss_grad", "thread", n_batch, [1], [0, 2], {"max_num_threads": n_threads})
+
+
+def batched_loss_and_grad(f: ca.Function, x0s, p, t_grid, targets, *, n_threads: int = 1, **options) -> LossGrad:
+    """Summed loss and gradients over initial states ``x0s`` (B x nx) and targets (B x nx x M)."""
+    x0s = np.atleast_2d(np.asarray(x0s, dtype=float))
+    targets = np.asarray(targets, dtype=float)
+    batch = make_batched_loss_grad(f, t_grid, x0s.shape[0], n_threads=n_threads, **options)
+    L, gx0, gp = batch(x0s.T, p, np.hstack(list(targets)))
+    return LossGrad(loss=float(L), grad_x0=np.asarray(gx0).T, grad_p=np.asarray(gp).ravel())
+
+
+def make_midpoint_adjoint(f: ca.Function, h: float, n_steps: int, *, loss: str = "sse", **step_options) -> ca.Function:
+    """Discrete adjoint of implicit midpoint: ``(t0, x0, p, target) -> (loss, grad_x0, grad_p)``.
+
+    The cotangent lift of BENCHMARKS B4 ("Exact-gradient property"). With the forward midpoints
+    m_n = (y_n + y_{n+1})/2, A_n = df/dy(m_n), B_n = df/dp(m_n), one backward step from the
+    cotangent lambda_{n+1} (which already holds the jump dL/dy_{n+1}) is
+
+        (I - h/2 A_n)^T mu_n = lambda_{n+1},   lambda_n = (I + h/2 A_n)^T mu_n + dL/dy_n,
+        grad_p += h B_n^T mu_n,
+
+    i.e. lambda_n = lambda_{n+1} + h A_n^T (lambda_n + lambda_{n+1})/2: the midpoint rule on
+    lambda_dot = -(df/dy)^T lambda (Eqs. 12-13) with the Jacobian at the forward midpoint, and
+    the midpoint quadrature of Eq. 15. It runs as its own ``mapaccum`` recursion, carrying only
+    (lambda, grad_p); given a converged forward solve it equals reverse-mode AD through the
+    solver to round-off. ``step_options`` choose the forward solver (see ``make_step``).
+    """
+    nx, np_ = rhs_dims(f)
+    t0, x0, p = ca.MX.sym("t0"), ca.MX.sym("x0", nx), ca.MX.sym("p", np_)
+    target = ca.MX.sym("target", nx, n_steps)
+    X = make_rollout(f, "midpoint", h, n_steps, **step_options)(t0, x0, p)
+
+    Y = ca.MX.sym("Y", nx, n_steps)
+    L_Y = trajectory_loss(loss, Y, target)
+    loss_jumps = ca.Function("loss_jumps", [Y, target], [L_Y, ca.gradient(L_Y, Y)])
+    L, G = loss_jumps(X, target)
+
+    backward = _midpoint_adjoint_step(f, h).mapaccum("midpoint_adjoint", n_steps, [0, 1], [0, 1], {})
+    reverse = list(range(n_steps - 1, -1, -1))
+    midpoints = (ca.horzcat(x0, X[:, :-1]) + X) / 2
+    t_mid = t0 + h * (ca.DM(np.arange(n_steps)).T + 0.5)
+    jumps_before = ca.horzcat(ca.MX.zeros(nx, 1), G[:, :-1])
+    lam, gp = backward(G[:, -1], ca.MX.zeros(np_, 1), midpoints[:, reverse], t_mid[:, reverse], jumps_before[:, reverse], p)
+    return ca.Function(
+        "midpoint_adjoint", [t0, x0, p, target], [L, lam[:, -1], gp[:, -1]],
+        ["t0", "x0", "p", "target"], ["loss", "grad_x0", "grad_p"],
+    )
+
+
+def _midpoint_adjoint_step(f: ca.Function, h: float) -> ca.Function:
+    """``(lambda_{n+1}, g, m_n, t_n + h/2, dL/dy_n, p) -> (lambda_n, g + h B_n^T mu_n)`` (see above)."""
+    nx, np_ = rhs_dims(f)
+    sym = ca.SX.sym if f.is_a("SXFunction") else ca.MX.sym
+    lam, g, m, t, jump, p = sym("lam", nx), sym("g", np_), sym("m", nx), sym("t"), sym("jump", nx), sym("p", np_)
+    fm = f(t, m, p)
+    A = ca.jacobian(fm, m)
+    mu = ca.solve((ca.DM.eye(nx) - h / 2 * A).T, lam)
+    lam_prev = mu + h / 2 * ca.mtimes(A.T, mu) + jump
+    g_next = g + h * ca.jtimes(fm, p, mu, True)
+    return ca.Function("midpoint_adjoint_step", [lam, g, m, t, jump, p], [lam_prev, g_next])

@@ -1,0 +1,158 @@
+"""Human-readable views of a SymbolicSystem: text, Markdown, LaTeX."""
+
+from __future__ import annotations
+
+import re
+
+import sympy as sp
+
+from . import symbols as S
+from .lower.common import rate_name
+from .lower.ir import SymbolicSystem
+
+__all__ = ["render_system", "FORMATS"]
+
+FORMATS = ("text", "markdown", "latex")
+_DISPLAY_OPS_LIMIT = 400  # simplify an equation for display only when it is small
+
+
+def _display_names(system: SymbolicSystem) -> dict[sp.Symbol, sp.Symbol]:
+    """Rates dt(x) are shown as der(x)."""
+    return {s.rate: S.sym(rate_name(s.rate)) for s in system.states}
+
+
+def _latex_name(name: str) -> str:
+    m = re.fullmatch(r"der\((.*)\)", name)
+    if m:
+        inner = m.group(1)
+        m2 = re.fullmatch(r"der\((.*)\)", inner)
+        if m2:
+            return r"\ddot{" + _latex_name(m2.group(1)) + "}"
+        return r"\dot{" + _latex_name(inner) + "}"
+    m = re.fullmatch(r"(\w+)\[(\d+)\]", name)
+    if m:
+        return f"{_latex_base(m.group(1))}_{{{m.group(2)}}}"
+    if name == "lambda":
+        return r"\lambda"
+    return _latex_base(name).replace(".", r".")
+
+
+_GREEK = {"alpha", "beta", "gamma", "delta", "epsilon", "theta", "phi", "psi", "omega", "lambda", "mu", "nu", "rho", "sigma", "tau", "eta", "xi", "kappa", "zeta", "chi"}
+
+
+def _latex_base(name: str) -> str:
+    if name in _GREEK:
+        return "\\" + name
+    if name.lower() in _GREEK and name[0].isupper():
+        return "\\" + name.capitalize()
+    if "_" in name:
+        head, tail = name.split("_", 1)
+        return f"{_latex_base(head)}_{{{tail}}}"
+    return name if len(name) == 1 else r"\mathrm{" + name + "}"
+
+
+def _tidy(e: sp.Expr) -> sp.Expr:
+    if sp.count_ops(e) <= _DISPLAY_OPS_LIMIT:
+        try:
+            return sp.simplify(e)
+        except Exception:  # noqa: BLE001 - display only; fall back to the derived form
+            return e
+    return e
+
+
+class _Printer:
+    def __init__(self, system: SymbolicSystem, fmt: str):
+        self.fmt = fmt
+        self.rename = _display_names(system)
+        syms = set()
+        for eq in system.differential + system.algebraic:
+            syms |= eq.lhs.free_symbols | eq.rhs.free_symbols
+        if system.energy is not None:
+            syms |= system.energy.free_symbols
+        self.latex_names = {s: _latex_name(rate_name(s) if s in self.rename else s.name) for s in syms}
+
+    def expr(self, e: sp.Expr) -> str:
+        if self.fmt == "latex":
+            return sp.latex(e, symbol_names=self.latex_names)
+        return sp.sstr(e.xreplace(self.rename))
+
+    def eq(self, lhs, rhs) -> str:
+        if self.fmt == "latex":
+            return f"{self.expr(lhs)} = {self.expr(rhs)}"
+        return f"{self.expr(lhs)} = {self.expr(rhs)}"
+
+
+def render_system(system: SymbolicSystem, fmt: str = "text", *, simplify: bool = True) -> str:
+    pr = _Printer(system, fmt)
+    tidy = _tidy if simplify else (lambda e: e)
+    md = fmt == "markdown"
+    tex = fmt == "latex"
+    out: list[str] = []
+
+    def h(title: str):
+        if md:
+            out.append(f"\n## {title}\n")
+        elif tex:
+            out.append(f"\n% --- {title}")
+        else:
+            out.append(f"\n{title}:")
+
+    def item(text: str):
+        out.append(f"- {text}" if md else (f"% {text}" if tex else f"  {text}"))
+
+    title = f"model {system.name}" + (f" — {system.doc}" if system.doc else "")
+    out.append(f"# {title}" if md else (f"% {title}" if tex else title))
+    item(f"formalism: {system.formalism}; {len(system.states)} states, {len(system.algebraics)} algebraic, "
+         f"{len(system.multipliers)} multipliers, {len(system.params)} parameters")
+    h("States")
+    for s in system.states:
+        item(f"{s.name}" + (f" (start {s.start:g})" if s.start is not None else "") + f"    [{s.span}]")
+    if system.algebraics:
+        h("Algebraic variables")
+        for a in system.algebraics:
+            item(f"{a.name}    [{a.span}]")
+    if system.params:
+        h("Parameters")
+        for p in system.params:
+            bounds = []
+            if p.lower is not None:
+                bounds.append(f"≥ {p.lower:g}")
+            if p.upper is not None:
+                bounds.append(f"≤ {p.upper:g}")
+            flag = " free" if p.free else ""
+            item(f"{p.name} = {p.default:g}{flag}{(' ' + ', '.join(bounds)) if bounds else ''}")
+    if system.inputs:
+        h("Inputs")
+        for u in system.inputs:
+            item(f"{u.name} = {pr.expr(u.law)}  (feedback law)" if u.law is not None else f"{u.name}  (exogenous)")
+    if system.outputs:
+        h("Outputs")
+        for o in system.outputs:
+            item(f"{o.name} = {pr.expr(o.expr)}")
+    if system.neural:
+        h("Neural components")
+        for n in system.neural:
+            item(f"{n.name}: {n.arch} {n.n_in if n.n_in is not None else '?'} -> {' -> '.join(map(str, n.hidden))} -> {n.n_out}, act {n.act}")
+    if system.energy is not None:
+        h("Energy")
+        out.append(_block(pr.expr(tidy(system.energy)), fmt, f"E = ", system.energy_origin))
+    h("Equations" + (" (linear in the derivatives and multipliers; solved numerically)" if not system.is_explicit() else ""))
+    for eq in system.differential:
+        out.append(_block(pr.eq(tidy(eq.lhs), tidy(eq.rhs)), fmt, "", eq.origin, eq.label))
+    for eq in system.algebraic:
+        out.append(_block(pr.eq(sp.Integer(0), tidy(eq.lhs - eq.rhs)), fmt, "", eq.origin, eq.label))
+    if system.constraints:
+        h("Holonomic constraints (monitored)")
+        for c in system.constraints:
+            out.append(_block(pr.eq(tidy(c.residual), sp.Integer(0)), fmt, "", c.origin, c.label))
+    return "\n".join(out).lstrip("\n") + "\n"
+
+
+def _block(body: str, fmt: str, prefix: str, origin, label: str = "") -> str:
+    where = f"{origin.path}:{origin.line}" if origin else ""
+    note = f"{label}, " if label else ""
+    if fmt == "latex":
+        return f"\\begin{{equation}} {prefix.replace('E = ', 'E = ')}{body} \\end{{equation}} % {note}{where}"
+    if fmt == "markdown":
+        return f"- `{prefix}{body}`  ({note}line {origin.line})" if origin else f"- `{prefix}{body}`"
+    return f"  {prefix}{body}\n      ({note}{where})"

@@ -1,0 +1,259 @@
+"""Simulation: CVODES for ODEs, IDAS for DAEs, on a fixed output grid.
+
+Exogenous inputs are bound before integration, each to an expression of
+``t`` (and the states) given on the command line, or to a column of a CSV
+file (linear interpolation in time).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+import casadi as ca
+import numpy as np
+import sympy as sp
+
+from .. import symbols as S
+from ..backend.functions import NumericSystem
+from ..backend.sympy_to_casadi import Converter
+from ..diagnostics import PdslError
+from ..parse.parser import parse_expression
+from ..resolve.expressions import Evaluator, Scope
+
+__all__ = ["SimulationResult", "simulate", "time_grid", "parse_assignment", "InputSignal", "input_from_expression", "inputs_from_csv"]
+
+# name -> (CasADi plugin, options)
+INTEGRATORS = {
+    "cvodes": ("cvodes", {"linear_multistep_method": "adams"}),  # non-stiff: Adams–Moulton
+    "cvodes-bdf": ("cvodes", {"linear_multistep_method": "bdf"}),  # stiff: BDF
+    "idas": ("idas", {}),  # DAEs
+}
+
+
+@dataclass(frozen=True)
+class InputSignal:
+    """An exogenous input bound to ``fn(t, x, p) -> value`` (CasADi-callable)."""
+
+    name: str
+    fn: object
+    description: str
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    t: np.ndarray
+    x: np.ndarray  # (len(t), nx)
+    z: np.ndarray  # (len(t), nz)
+    x_names: tuple[str, ...]
+    z_names: tuple[str, ...]
+    y: np.ndarray  # outputs (len(t), ny)
+    y_names: tuple[str, ...]
+    energy: np.ndarray | None
+    constraint_rms: np.ndarray | None  # per time, RMS of the holonomic constraints
+    info: dict = field(default_factory=dict)
+
+    def columns(self) -> tuple[list[str], np.ndarray]:
+        names = ["t", *self.x_names, *self.z_names, *self.y_names]
+        data = np.column_stack([self.t, self.x, self.z, self.y]) if len(self.t) else np.zeros((0, len(names)))
+        return names, data
+
+
+def parse_assignment(text: str, option: str) -> tuple[str, str]:
+    """``NAME=VALUE`` from a command-line option; the name may be ``der(q)``."""
+    if "=" not in text:
+        raise PdslError.at("BadOption", f"{option} {text!r}: expected NAME=VALUE", hint=f"for example {option} x=0.5")
+    name, value = text.split("=", 1)
+    name, value = name.strip(), value.strip()
+    if not name or not value:
+        raise PdslError.at("BadOption", f"{option} {text!r}: expected NAME=VALUE")
+    return name, value
+
+
+def parse_float(text: str, option: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise PdslError.at("BadOption", f"{option}: {text!r} is not a number") from None
+    if not math.isfinite(v):
+        raise PdslError.at("BadOption", f"{option}: {text!r} is not finite")
+    return v
+
+
+def time_grid(t_end: float, dt: float) -> np.ndarray:
+    if not (math.isfinite(t_end) and t_end > 0):
+        raise PdslError.at("BadOption", f"--t-end must be positive, got {t_end}")
+    if not (math.isfinite(dt) and dt > 0):
+        raise PdslError.at("BadOption", f"--dt must be positive, got {dt}")
+    n = t_end / dt
+    steps = round(n)
+    if abs(n - steps) > 1e-9 * max(1.0, n):
+        raise PdslError.at("BadOption", f"--t-end {t_end} is not a whole number of --dt {dt} steps")
+    if steps > 10_000_000:
+        raise PdslError.at("BadOption", f"{steps} output steps is too many", hint="increase --dt")
+    return np.linspace(0.0, steps * dt, steps + 1)
+
+
+def input_from_expression(num: NumericSystem, name: str, text: str) -> InputSignal:
+    """``--input F=sin(t)``: an expression of t, states and parameters (pdsl syntax)."""
+    origin = f"--input {name}"
+    expr_ast = parse_expression(text, origin)
+    sys = num.system
+    names: dict[str, object] = {"t": S.TIME}
+    names.update({s.name: s.symbol for s in sys.states})
+    names.update({q.name: q.symbol for q in sys.params})
+    expr = Evaluator(Scope(names)).scalar(expr_ast, f"input `{name}`")
+    t = ca.SX.sym("t")
+    x = ca.SX.sym("x", num.nx)
+    p = ca.SX.sym("p", len(num.p_names))
+    symbols = {S.TIME: t}
+    symbols.update({s.symbol: x[i] for i, s in enumerate(sys.states)})
+    symbols.update({q.symbol: p[i] for i, q in enumerate(sys.params)})
+    fn = ca.Function(f"u_{len(name)}", [t, x, p], [Converter(symbols)(expr)])
+    return InputSignal(name=name, fn=fn, description=text)
+
+
+def inputs_from_csv(path: str | Path, wanted: tuple[str, ...]) -> dict[str, InputSignal]:
+    """Columns of a CSV with a ``t`` column, interpolated linearly in time."""
+    from ..data.csvio import read_table
+
+    table = read_table(path)
+    if "t" not in table.columns:
+        raise PdslError.at("BadCsv", f"{path}: no `t` column", hint="the first column of a trajectory CSV is the time t")
+    t = table.column("t")
+    if np.any(np.diff(t) <= 0):
+        row = int(np.argmax(np.diff(t) <= 0)) + 3
+        raise PdslError.at("BadCsv", f"{path}:{row}: time does not increase", hint="input data must be sorted by t")
+    out = {}
+    for name in wanted:
+        if name not in table.columns:
+            continue
+        interp = ca.interpolant(f"u_{len(out)}", "linear", [t], table.column(name))
+        tt, x, p = ca.SX.sym("t"), ca.SX.sym("x", 0), ca.SX.sym("p", 0)
+        out[name] = InputSignal(name=name, fn=_lift_interp(interp), description=f"column `{name}` of {path}")
+    return out
+
+
+def _lift_interp(interp):
+    class _F:
+        def __call__(self, t, x, p):
+            return interp(t)
+
+    return _F()
+
+
+def simulate(
+    num: NumericSystem,
+    grid: np.ndarray,
+    *,
+    x0: Mapping[str, float] | None = None,
+    params: Mapping[str, float] | None = None,
+    inputs: Mapping[str, InputSignal] | None = None,
+    rtol: float = 1e-8,
+    atol: float | None = None,
+    integrator: str | None = None,
+) -> SimulationResult:
+    """Integrate ``num`` over ``grid`` (grid[0] is the initial time)."""
+    inputs = dict(inputs or {})
+    missing = [u for u in num.u_names if u not in inputs]
+    if missing:
+        raise PdslError.at(
+            "MissingInput",
+            f"input{'s' if len(missing) > 1 else ''} {', '.join(f'`{m}`' for m in missing)} "
+            f"{'have' if len(missing) > 1 else 'has'} no value",
+            num.system.inputs[0].span if num.system.inputs else None,
+            'give one on the command line (--input "F=sin(t)") or from a CSV (--input-data FILE)',
+        )
+    extra = [u for u in inputs if u not in num.u_names]
+    if extra:
+        raise PdslError.at("BadOption", f"--input {extra[0]}: the model has no exogenous input `{extra[0]}`",
+                           hint=f"exogenous inputs: {', '.join(num.u_names) or 'none'}")
+    x_init = num.x_start.copy()
+    for name, value in (x0 or {}).items():
+        if name not in num.x_names:
+            raise PdslError.at("BadOption", f"--init {name}: `{name}` is not a state of {num.system.name}",
+                               hint="states: " + ", ".join(num.x_names))
+        x_init[num.x_names.index(name)] = value
+    for name in params or {}:
+        if name not in num.p_names:
+            raise PdslError.at("BadOption", f"--param {name}: `{name}` is not a parameter of {num.system.name}",
+                               hint="parameters: " + (", ".join(n for n in num.p_names if ".w[" not in n) or "none"))
+    p = num.param_vector(dict(params or {}))
+    if integrator is None:
+        integrator = "idas" if num.nz else "cvodes"
+    if integrator not in INTEGRATORS:
+        raise PdslError.at("BadOption", f"--integrator {integrator}: unknown", hint="one of: " + ", ".join(INTEGRATORS))
+    if atol is None:
+        atol = rtol * 1e-2
+    plugin, plugin_opts = INTEGRATORS[integrator]
+    if num.nz and integrator != "idas":
+        raise PdslError.at("BadOption", f"this model is a DAE ({num.nz} algebraic variables): use --integrator idas")
+
+    T = ca.SX if num.kind == "SX" else ca.MX
+    t = T.sym("t")
+    x = T.sym("x", num.nx)
+    z = T.sym("z", num.nz)
+    P = T.sym("p", len(p))
+    u = ca.vertcat(*[inputs[name].fn(t, x, P) for name in num.u_names]) if num.u_names else T(0, 1)
+    xdot, g = num.dae(t, x, z, P, u)
+    dae = {"t": t, "x": x, "p": P, "ode": xdot}
+    if num.nz:
+        dae.update({"z": z, "alg": g})
+    opts = {"abstol": atol, "reltol": rtol, "max_num_steps": 1_000_000, **plugin_opts}
+    if num.nx == 0:
+        raise PdslError.at("EmptyModel", f"{num.system.name} has no differential states to integrate", num.system.span)
+    try:
+        F = ca.integrator("F", plugin, dae, float(grid[0]), [float(v) for v in grid[1:]], opts)
+        res = F(x0=x_init, p=p, z0=num.z_start)
+    except RuntimeError as exc:
+        raise PdslError.at(
+            "IntegratorFailure",
+            f"{integrator} failed on {num.system.name}: {_first_line(exc)}",
+            num.system.span,
+            "check the initial state and parameters (a singular mass matrix or an escape to infinity?), or loosen --rtol",
+        ) from None
+    X = np.column_stack([x_init, np.asarray(res["xf"])]).T
+    Z = np.column_stack([num.z_start, np.asarray(res["zf"])]).T if num.nz else np.zeros((len(grid), 0))
+    if not np.all(np.isfinite(X)):
+        raise PdslError.at("IntegratorFailure", "the solution is not finite (NaN or inf)", num.system.span)
+    U = _eval_inputs(num, inputs, grid, X, p)
+    Y = _eval_map(num.outputs, grid, X, Z, p, U, with_z=True) if num.y_names else np.zeros((len(grid), 0))
+    E = _eval_map(num.energy, grid, X, Z, p, U, with_z=False)[:, 0] if num.energy is not None else None
+    C = None
+    if num.system.constraints:
+        phi = np.asarray(num.constraints.map(len(grid))(grid, X.T, np.tile(p[:, None], len(grid)))).T
+        C = np.sqrt(np.mean(phi**2, axis=1))
+    info = {"integrator": integrator, "rtol": rtol, "atol": atol, "x0": dict(zip(num.x_names, x_init.tolist()))}
+    return SimulationResult(
+        t=grid, x=X, z=Z, x_names=num.x_names, z_names=num.z_names, y=Y, y_names=num.y_names,
+        energy=E, constraint_rms=C, info=info,
+    )
+
+
+def _eval_inputs(num, inputs, grid, X, p):
+    if not num.u_names:
+        return np.zeros((len(grid), 0))
+    cols = []
+    for name in num.u_names:
+        fn = inputs[name].fn
+        cols.append([float(fn(ti, xi, p)) for ti, xi in zip(grid, X)])
+    return np.array(cols).T
+
+
+def _eval_map(fn, grid, X, Z, p, U, *, with_z):
+    n = len(grid)
+    m = fn.map(n)
+    P = np.tile(p[:, None], n)
+    args = [grid[None, :], X.T] + ([Z.T] if with_z else []) + [P, U.T]
+    return np.asarray(m(*args)).T
+
+
+def _first_line(exc: Exception) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    for ln in lines:
+        if "failed" in ln.lower() or "error" in ln.lower():
+            return ln[:300]
+    return (lines[-1] if lines else "unknown error")[:300]
