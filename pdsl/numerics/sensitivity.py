@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import casadi as ca
 import numpy as np
 
-from pdsl.numerics.fixed_step import make_rollout, rhs_dims
+from pdsl.numerics.fixed_step import METHODS, make_rollout, rhs_dims
 
 __all__ = [
     "LOSSES",
@@ -123,6 +123,8 @@ def make_loss_grad(
     ``integrator_options`` go to CVODES (default abstol = reltol = 1e-10); ``step_options``
     (``solver``, ``n_iter``, ``tol``) go to ``make_step`` for the fixed-step methods.
     """
+    if method != "cvodes" and method not in METHODS:
+        raise ValueError(f"unknown integration method {method!r}; expected one of cvodes, {', '.join(METHODS)}")
     if mode not in MODES:
         raise ValueError(f"unknown sensitivity mode {mode!r}; expected one of {', '.join(MODES)}")
     grid = _as_grid(t_grid)
