@@ -82,8 +82,11 @@ class Converter:
 
     def __call__(self, expr):
         if isinstance(expr, sp.MatrixBase):
-            rows = [self(e) for e in expr]
-            return ca.vertcat(*rows) if rows else ca.DM(0, 1)
+            n, m = expr.shape
+            if n == 0 or m == 0:
+                return ca.DM(n, m)
+            rows = [ca.horzcat(*[self._conv(expr[i, j]) for j in range(m)]) for i in range(n)]
+            return ca.vertcat(*rows)
         return self._conv(sp.sympify(expr) if not isinstance(expr, sp.Basic) else expr)
 
     def _conv(self, e: sp.Basic):

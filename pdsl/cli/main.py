@@ -56,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--formulation", default="hamiltonian", help="hamiltonian|lagrangian (Cartesian mechanics)")
     p.add_argument("-o", "--output", required=True, metavar="OUT.csv")
     p.add_argument("--plot", metavar="OUT.png", help="plot every state against time")
+
+    p = sub.add_parser("compile", help="write the model's numerical code: CasADi files, C, or numpy")
+    _common(p)
+    p.add_argument("--target", default="casadi", help="casadi | c | python")
+    p.add_argument("--formulation", default="hamiltonian", help="hamiltonian|lagrangian (Cartesian mechanics)")
+    p.add_argument("-o", "--output", required=True, metavar="DIR")
     return ap
 
 
@@ -160,7 +166,23 @@ def _write(fn, path):
         raise PdslError.at("CannotWrite", f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-COMMANDS = {"check": cmd_check, "show": cmd_show, "simulate": cmd_simulate}
+def cmd_compile(args) -> int:
+    from ..backend.functions import to_casadi
+    from ..compile.targets import compile_to
+    from ..lower import lower
+    from ..pipeline import load_models, select_model
+
+    m = select_model(load_models(args.file, consts=_consts(args.const)), args.model, args.file)
+    num = to_casadi(lower(m, args.formulation))
+    files = []
+    _write(lambda: files.extend(compile_to(num, args.target, args.output)), args.output)
+    print(f"{m.name}: {args.target} target, {len(files)} files -> {args.output}")
+    for f in files:
+        print(f"  {f}")
+    return EXIT_OK
+
+
+COMMANDS = {"check": cmd_check, "show": cmd_show, "simulate": cmd_simulate, "compile": cmd_compile}
 
 
 def main(argv: list[str] | None = None) -> int:
