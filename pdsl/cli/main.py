@@ -52,7 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input-data", metavar="CSV", help="CSV with a t column and one column per exogenous input")
     p.add_argument("--rtol", type=float, default=1e-8)
     p.add_argument("--atol", type=float, default=None, help="absolute tolerance (default rtol/100)")
-    p.add_argument("--integrator", default=None, help="cvodes (Adams, default for ODEs), cvodes-bdf (stiff), idas (DAEs)")
+    p.add_argument("--integrator", default=None,
+                   help="cvodes (Adams, default for ODEs), cvodes-bdf (stiff), idas (DAEs), or fixed-step rk4, euler, midpoint, gauss2")
+    p.add_argument("--substeps", type=int, default=1, help="fixed-step schemes: steps per output interval")
     p.add_argument("--formulation", default="hamiltonian", help="hamiltonian|lagrangian (Cartesian mechanics)")
     p.add_argument("-o", "--output", required=True, metavar="OUT.csv")
     p.add_argument("--plot", metavar="OUT.png", help="plot every state against time")
@@ -140,15 +142,17 @@ def cmd_simulate(args) -> int:
             hint = "exogenous inputs: " + (", ".join(num.u_names) or "none (inputs with a feedback law are computed by the model)")
             raise PdslError.at("BadOption", f"--input {name}: the model has no exogenous input `{name}`", hint=hint)
         inputs[name] = input_from_expression(num, name, value)
-    res = simulate(num, grid, x0=init, params=params, inputs=inputs, rtol=args.rtol, atol=args.atol, integrator=args.integrator)
+    res = simulate(num, grid, x0=init, params=params, inputs=inputs, rtol=args.rtol, atol=args.atol, integrator=args.integrator,
+                   substeps=args.substeps)
     names, data = res.columns()
     _write(lambda: write_table(args.output, names, data), args.output)
-    print(f"{m.name}: {len(grid)} samples, t = 0 … {grid[-1]:g}, {res.info['integrator']} rtol {args.rtol:g} -> {args.output}")
+    how = f"rtol {args.rtol:g}" if "rtol" in res.info else f"h = {args.dt / args.substeps:g}"
+    print(f"{m.name}: {len(grid)} samples, t = 0 … {grid[-1]:g}, {res.info['integrator']} {how} -> {args.output}")
     if res.energy is not None:
         e0 = res.energy[0]
         drift = abs(res.energy - e0).max()
-        rel = drift / abs(e0) if e0 != 0 else float("nan")
-        print(f"  energy: E(0) = {e0:.10g}, max |E(t) − E(0)| = {drift:.3e} (relative {rel:.3e})")
+        rel = f"relative {drift / abs(e0):.3e}" if e0 != 0 else "E(0) = 0: no relative drift"
+        print(f"  energy: E(0) = {e0:.10g}, max |E(t) − E(0)| = {drift:.3e} ({rel})")
     if res.constraint_rms is not None:
         print(f"  constraint violation: final RMS {res.constraint_rms[-1]:.3e}, max RMS {res.constraint_rms.max():.3e}")
     if args.plot:

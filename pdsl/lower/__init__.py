@@ -25,23 +25,23 @@ def formalism_of(model: Model) -> str:
 
 def lower(model: Model, formulation: str = "hamiltonian") -> SymbolicSystem:
     """Lower a resolved model. ``formulation`` chooses Eq. 6 / Eq. 7 for Cartesian mechanics."""
-    from . import generalized, plain
+    from . import cartesian, generalized, plain
 
     kind = formalism_of(model)
+    if formulation not in FORMULATIONS:
+        raise PdslError.at("BadOption", f"--formulation {formulation}: unknown", hint="one of: " + ", ".join(FORMULATIONS))
+    if kind == "cartesian":
+        return cartesian.lower_cartesian(model, formulation)
     if kind == "lagrangian":
         return generalized.lower_lagrangian(model)
     if kind == "hamiltonian":
         return generalized.lower_hamiltonian(model)
     if kind == "plain":
         return plain.lower_plain(model)
-    first = (model.elements[0].span if model.elements else model.bodies[0].span)
-    what = {
-        "port-hamiltonian": "port-Hamiltonian elements (flow_store, junction, ...)",
-        "cartesian": "Cartesian bodies (body, link, joint, ...)",
-    }[kind]
     raise PdslError.at(
         "NotYetSupported",
-        f"models with {what} parse and resolve, but their lowering is not implemented yet",
-        first,
+        "models with port-Hamiltonian elements (flow_store, junction, ...) parse and resolve, "
+        "but their lowering is not implemented yet",
+        model.elements[0].span,
         "`pdsl check` validates such a model; `show` and `simulate` need the lowering",
     )

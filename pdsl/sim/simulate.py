@@ -32,6 +32,8 @@ INTEGRATORS = {
     "cvodes-bdf": ("cvodes", {"linear_multistep_method": "bdf"}),  # stiff: BDF
     "idas": ("idas", {}),  # DAEs
 }
+# fixed-step schemes of pdsl.numerics (unrolled CasADi graphs; symplectic: midpoint, gauss2)
+FIXED_STEP = ("euler", "rk4", "midpoint", "gauss2")
 
 
 @dataclass(frozen=True)
@@ -155,6 +157,7 @@ def simulate(
     rtol: float = 1e-8,
     atol: float | None = None,
     integrator: str | None = None,
+    substeps: int = 1,
 ) -> SimulationResult:
     """Integrate ``num`` over ``grid`` (grid[0] is the initial time)."""
     inputs = dict(inputs or {})
@@ -184,13 +187,14 @@ def simulate(
     p = num.param_vector(dict(params or {}))
     if integrator is None:
         integrator = "idas" if num.nz else "cvodes"
-    if integrator not in INTEGRATORS:
-        raise PdslError.at("BadOption", f"--integrator {integrator}: unknown", hint="one of: " + ", ".join(INTEGRATORS))
+    if integrator not in INTEGRATORS and integrator not in FIXED_STEP:
+        raise PdslError.at("BadOption", f"--integrator {integrator}: unknown", hint="one of: " + ", ".join([*INTEGRATORS, *FIXED_STEP]))
     if atol is None:
         atol = rtol * 1e-2
-    plugin, plugin_opts = INTEGRATORS[integrator]
     if num.nz and integrator != "idas":
         raise PdslError.at("BadOption", f"this model is a DAE ({num.nz} algebraic variables): use --integrator idas")
+    if not (isinstance(substeps, int) and 1 <= substeps <= 100_000):
+        raise PdslError.at("BadOption", f"--substeps must be a positive integer, got {substeps}")
 
     T = ca.SX if num.kind == "SX" else ca.MX
     t = T.sym("t")
@@ -199,6 +203,10 @@ def simulate(
     P = T.sym("p", len(p))
     u = ca.vertcat(*[inputs[name].fn(t, x, P) for name in num.u_names]) if num.u_names else T(0, 1)
     xdot, g = num.dae(t, x, z, P, u)
+    if integrator in FIXED_STEP:
+        X = _fixed_step(ca.Function("f", [t, x, P], [xdot]), integrator, grid, x_init, p, substeps)
+        return _result(num, grid, X, np.zeros((len(grid), 0)), p, inputs, {"integrator": integrator, "substeps": substeps})
+    plugin, plugin_opts = INTEGRATORS[integrator]
     dae = {"t": t, "x": x, "p": P, "ode": xdot}
     if num.nz:
         dae.update({"z": z, "alg": g})
@@ -217,8 +225,25 @@ def simulate(
         ) from None
     X = np.column_stack([x_init, np.asarray(res["xf"])]).T
     Z = np.column_stack([num.z_start, np.asarray(res["zf"])]).T if num.nz else np.zeros((len(grid), 0))
+    info = {"integrator": integrator, "rtol": rtol, "atol": atol}
+    return _result(num, grid, X, Z, p, inputs, info)
+
+
+def _fixed_step(f, method, grid, x_init, p, substeps):
+    """An unrolled fixed-step rollout (pdsl.numerics) sampled on the output grid."""
+    from ..numerics.fixed_step import make_rollout
+
+    h = float(grid[1] - grid[0]) / substeps
+    n = (len(grid) - 1) * substeps
+    rollout = make_rollout(f, method, h, n)
+    X = np.asarray(rollout(float(grid[0]), x_init, p))
+    return np.column_stack([x_init, X[:, substeps - 1 :: substeps]]).T
+
+
+def _result(num, grid, X, Z, p, inputs, info) -> SimulationResult:
     if not np.all(np.isfinite(X)):
         raise PdslError.at("IntegratorFailure", "the solution is not finite (NaN or inf)", num.system.span)
+    x_init = X[0]
     U = _eval_inputs(num, inputs, grid, X, p)
     Y = _eval_map(num.outputs, grid, X, Z, p, U, with_z=True) if num.y_names else np.zeros((len(grid), 0))
     E = _eval_map(num.energy, grid, X, Z, p, U, with_z=False)[:, 0] if num.energy is not None else None
@@ -226,7 +251,7 @@ def simulate(
     if num.system.constraints:
         phi = np.asarray(num.constraints.map(len(grid))(grid, X.T, np.tile(p[:, None], len(grid)))).T
         C = np.sqrt(np.mean(phi**2, axis=1))
-    info = {"integrator": integrator, "rtol": rtol, "atol": atol, "x0": dict(zip(num.x_names, x_init.tolist()))}
+    info = {**info, "x0": dict(zip(num.x_names, x_init.tolist()))}
     return SimulationResult(
         t=grid, x=X, z=Z, x_names=num.x_names, z_names=num.z_names, y=Y, y_names=num.y_names,
         energy=E, constraint_rms=C, info=info,

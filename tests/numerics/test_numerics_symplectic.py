@@ -5,6 +5,8 @@ from __future__ import annotations
 import casadi as ca
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from numerics_systems import SYSTEMS
 
 from pdsl.numerics.fixed_step import make_step
@@ -34,3 +36,24 @@ def test_implicit_gauss_methods_are_symplectic(name, method, options):
 @pytest.mark.parametrize("name", ["double_well", "henon_heiles"])
 def test_rk4_is_not_symplectic(name):
     assert _symplectic_defect(SYSTEMS[name](), "rk4") >= 1e-8
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    entries=st.lists(st.floats(-2.0, 2.0), min_size=10, max_size=10),
+    h=st.floats(0.01, 0.2),
+    y=st.lists(st.floats(-1.0, 1.0), min_size=4, max_size=4),
+)
+def test_midpoint_on_any_quadratic_hamiltonian(entries, h, y):
+    """H = y^T S y / 2 with random symmetric S: the step is symplectic and conserves H (B3.1)."""
+    S = np.zeros((4, 4))
+    S[np.triu_indices(4)] = entries
+    S = S + np.triu(S, 1).T
+    J = np.block([[np.zeros((2, 2)), np.eye(2)], [-np.eye(2), np.zeros((2, 2))]])
+    t, x, p = ca.SX.sym("t"), ca.SX.sym("x", 4), ca.SX.sym("p", 0)
+    f = ca.Function("quadratic", [t, x, p], [ca.mtimes(ca.DM(J @ S), x)])
+    M = np.array(ca.Function("map_matrix", [x], [ca.jacobian(make_step(f, "midpoint", h)(0.0, x, []), x)])(np.zeros(4)))
+    assert np.abs(M.T @ J @ M - J).max() <= 1e-12
+    y0 = np.array(y)
+    y1 = M @ y0
+    assert abs(y1 @ S @ y1 - y0 @ S @ y0) <= 1e-12 * (1.0 + np.abs(S).sum())
