@@ -45,6 +45,9 @@ class NumericSystem:
     constraints: ca.Function
     x_start: np.ndarray
     z_start: np.ndarray
+    invariants: ca.Function  # (t, x, p) -> r, zero on the constraint manifold (Φ, Φ̇, velocity constraints)
+    report: ca.Function  # (t, x, p) -> the columns a trajectory CSV shows
+    report_names: tuple[str, ...]
 
     @property
     def nx(self) -> int:
@@ -125,6 +128,11 @@ def to_casadi(system: SymbolicSystem, *, seed: int = 0, kind: str | None = None)
     outputs = ca.Function("outputs", [t, x, z, p, u], [y], io["input_names"], ["y"])
     phi = ca.vertcat(*[c(k.residual) for k in system.constraints]) if system.constraints else T(0, 1)
     constraints = ca.Function("constraints", [t, x, p], [phi], ["t", "x", "p"], ["phi"])
+    r = ca.vertcat(*[c(k.residual) for k in system.invariants]) if system.invariants else T(0, 1)
+    invariants = ca.Function("invariants", [t, x, p], [r], ["t", "x", "p"], ["r"])
+    columns = system.report_columns()
+    report = ca.Function("report", [t, x, p], [ca.vertcat(*[c(e) for _, e in columns]) if columns else T(0, 1)],
+                         ["t", "x", "p"], ["y"])
     p_default = np.concatenate([[q.default for q in system.params], *weights]) if weights else np.array(
         [q.default for q in system.params], dtype=float
     )
@@ -144,4 +152,7 @@ def to_casadi(system: SymbolicSystem, *, seed: int = 0, kind: str | None = None)
         constraints=constraints,
         x_start=np.array([s.start if s.start is not None else 0.0 for s in system.states], dtype=float),
         z_start=np.array([a.start if a.start is not None else 0.0 for a in system.algebraics], dtype=float),
+        invariants=invariants,
+        report=report,
+        report_names=tuple(name for name, _ in columns),
     )

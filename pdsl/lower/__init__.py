@@ -5,7 +5,9 @@ from __future__ import annotations
 from ..diagnostics import PdslError
 from ..resolve.model import Model
 from .ir import Algebraic, Constraint, Equation, State, SymbolicSystem
-from .common import FORMULATIONS
+from dataclasses import replace
+
+from .common import FORMULATIONS, derived_invariants, velocity_report
 
 __all__ = ["lower", "formalism_of", "SymbolicSystem", "State", "Algebraic", "Equation", "Constraint", "FORMULATIONS"]
 
@@ -31,9 +33,18 @@ def lower(model: Model, formulation: str = "hamiltonian") -> SymbolicSystem:
     if formulation not in FORMULATIONS:
         raise PdslError.at("BadOption", f"--formulation {formulation}: unknown", hint="one of: " + ", ".join(FORMULATIONS))
     if kind == "cartesian":
-        return cartesian.lower_cartesian(model, formulation)
+        system = cartesian.lower_cartesian(model, formulation)
+        positions = {c for body in model.bodies for node in body.nodes for c in node}
+        report = velocity_report(system, positions) if formulation == "hamiltonian" else ()
+        return replace(system, invariants=derived_invariants(system, positions), report=report)
     if kind == "lagrangian":
-        return generalized.lower_lagrangian(model)
+        system = generalized.lower_lagrangian(model)
+        velocity = tuple(
+            Constraint(residual=c.residual, origin=c.span, label="velocity constraint")
+            for c in model.constraints if c.kind == "velocity"
+        )
+        positions = {c.symbol for c in model.variables_of("coord")}
+        return replace(system, invariants=derived_invariants(system, positions, velocity))
     if kind == "hamiltonian":
         return generalized.lower_hamiltonian(model)
     if kind == "plain":

@@ -7,7 +7,7 @@ import sympy as sp
 from .. import symbols as S
 from ..diagnostics import Collector, PdslError, Span
 from ..resolve.model import Model
-from .ir import State
+from .ir import Constraint, State, SymbolicSystem
 
 FORMULATIONS = ("hamiltonian", "lagrangian")
 
@@ -86,3 +86,48 @@ def resolve_input_laws(model: Model) -> None:
 
     for sym in laws:
         visit(sym, [])
+
+
+def position_rates(system: SymbolicSystem, positions) -> dict[sp.Symbol, sp.Expr]:
+    """ẋ as a function of the state, for states whose row reads ``rate(x) (+ multiplier terms) = f(x)``.
+
+    With the multipliers set to zero these rows are explicit (kinematics
+    ``der(q) = v`` or ``ẋ = ∂H/∂p``); on the constraint manifold the multiplier
+    terms vanish, so this is the velocity that defines Φ̇.
+    """
+    zero = {m: 0 for m in system.multipliers}
+    rates = {s.rate: s for s in system.states}
+    out = {}
+    for eq in system.differential:
+        lhs = eq.lhs.xreplace(zero) if zero else eq.lhs
+        if lhs in rates and rates[lhs].symbol in positions and not (eq.rhs.free_symbols & set(rates)):
+            out[rates[lhs].symbol] = eq.rhs
+    return out
+
+
+def derived_invariants(system: SymbolicSystem, positions, velocity_constraints=()) -> tuple[Constraint, ...]:
+    """Φ and Φ̇ = DΦ·ẋ(x) for each holonomic constraint, plus velocity constraints as given."""
+    vel = position_rates(system, positions)
+    out = []
+    for c in system.constraints:
+        out.append(c)
+        dphi = sum((sp.diff(c.residual, x) * v for x, v in vel.items() if x in c.residual.free_symbols), sp.Integer(0))
+        dphi += sp.diff(c.residual, S.TIME)
+        if dphi != 0:
+            out.append(Constraint(residual=dphi, origin=c.origin, label=f"{c.label} (velocity level)"))
+    out.extend(velocity_constraints)
+    return tuple(out)
+
+
+def velocity_report(system: SymbolicSystem, positions) -> tuple[tuple[str, sp.Expr], ...]:
+    """Cartesian Hamiltonian states shown as positions and velocities ``b.vx = (M⁻¹p)_i``."""
+    vel = position_rates(system, positions)
+    cols = []
+    for s in system.states:
+        if s.symbol in vel:
+            cols.append((s.name, s.symbol))
+    for s in system.states:
+        if s.symbol in vel:
+            head, _, axis = s.name.rpartition(".")
+            cols.append((f"{head}.v{axis}", vel[s.symbol]))
+    return tuple(cols)

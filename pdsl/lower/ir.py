@@ -80,6 +80,10 @@ class SymbolicSystem:
     energy_origin: Span | None
     constraints: tuple[Constraint, ...]
     span: Span
+    # zero on the constraint manifold: Φ, and Φ̇ or velocity constraints (for projection)
+    invariants: tuple[Constraint, ...] = ()
+    # what a trajectory CSV shows, as (name, expression of the states); empty: the states
+    report: tuple[tuple[str, sp.Expr], ...] = ()
 
     # ------------------------------------------------------------ views
     @property
@@ -97,6 +101,9 @@ class SymbolicSystem:
 
     def state_names(self) -> list[str]:
         return [s.name for s in self.states]
+
+    def report_columns(self) -> tuple[tuple[str, sp.Expr], ...]:
+        return self.report or tuple((s.name, s.symbol) for s in self.states)
 
     def linear_system(self) -> tuple[sp.Matrix, sp.Matrix]:
         """(A, b) with A·w = b, read off the differential rows (which are linear in w)."""

@@ -11,6 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
+import difflib
+import math
+
 import sympy as sp
 
 from .. import symbols as S
@@ -145,10 +148,19 @@ BUILTIN_FUNCTIONS = frozenset(_SCALAR_FUNCS) | {"dot", "norm", "cross", "sum", "
 CONSTANTS = {"pi": sp.pi}
 
 
+@dataclass(frozen=True)
+class Unusable:
+    """Why a name that exists in the model cannot be used at this place."""
+
+    code: str
+    message: str
+    hint: str | None = None
+
+
 class Scope:
     """Name lookup for expressions; the resolver fills it."""
 
-    def __init__(self, names: Mapping[str, Value], *, der_of: Callable | None = None, known: Mapping[str, str] | None = None):
+    def __init__(self, names: Mapping[str, Value], *, der_of: Callable | None = None, known: Mapping[str, Unusable] | None = None):
         self.names = dict(names)
         self.der_of = der_of  # callable(value, span) -> value, or None where der() is not allowed
         self.known = dict(known or {})  # names that exist but are not usable here -> why
@@ -243,6 +255,10 @@ class Evaluator:
 
     # ------------------------------------------------------------ atoms
     def _Num(self, e: A.Num):
+        if not math.isfinite(e.value) or abs(_log10(sp.Rational(e.text))) > MAX_EXPONENT:
+            raise PdslError.at(
+                "BadNumber", f"`{e.text}` is outside the range of floating-point numbers", e.span, "numbers must lie between 1e-308 and 1e308"
+            )
         return sp.Rational(e.text) if any(c in e.text for c in ".eE") else sp.Integer(e.text)
 
     def _Name(self, e: A.Name):
@@ -251,14 +267,13 @@ class Evaluator:
         if e.id in CONSTANTS:
             return CONSTANTS[e.id]
         if e.id in self.scope.known:
-            raise PdslError.at("NotAllowedHere", f"`{e.id}` cannot be used here", e.span, self.scope.known[e.id])
+            why = self.scope.known[e.id]
+            raise PdslError.at(why.code, why.message, e.span, why.hint)
         if e.id in BUILTIN_FUNCTIONS:
             raise PdslError.at("TypeMismatch", f"`{e.id}` is a function; call it as `{e.id}(...)`", e.span)
         raise PdslError.at("UnknownName", f"unknown name `{e.id}`", e.span, self._suggest(e.id))
 
     def _suggest(self, name: str) -> str:
-        import difflib
-
         pool = list(self.scope.names) + list(CONSTANTS)
         close = difflib.get_close_matches(name, pool, n=1)
         if close:
@@ -284,8 +299,14 @@ class Evaluator:
         return -v
 
     def _BinOp(self, e: A.BinOp):
-        a = self.number(e.left)
-        b = self.number(e.right)
+        """Left-to-right over a chain ``a + b - c`` without recursing once per operator."""
+        start, steps = _left_chain(e)
+        value = self.number(start)
+        for node in steps:
+            value = self._apply(node, value, self.number(node.right))
+        return value
+
+    def _apply(self, e: A.BinOp, a, b):
         va, vb = isinstance(a, sp.MatrixBase), isinstance(b, sp.MatrixBase)
         op = e.op
         if op in "+-":
@@ -312,9 +333,7 @@ class Evaluator:
         if op == "^":
             if va or vb:
                 raise PdslError.at("TypeMismatch", "`^` needs scalars on both sides", e.span)
-            if a == 0 and (b.is_number and b.is_negative):
-                raise PdslError.at("DivisionByZero", "zero raised to a negative power", e.span)
-            return a**b
+            return _power(a, b, e.span)
         raise AssertionError(op)
 
     # ------------------------------------------------------------ postfix
@@ -410,8 +429,6 @@ class Evaluator:
         raise PdslError.at("UnknownFunction", f"unknown function `{name}`", e.func.span, self._fn_hint(name))
 
     def _fn_hint(self, name):
-        import difflib
-
         close = difflib.get_close_matches(name, sorted(BUILTIN_FUNCTIONS), n=1)
         listing = "functions: " + ", ".join(sorted(BUILTIN_FUNCTIONS))
         return f"did you mean `{close[0]}`? ({listing})" if close else listing
@@ -460,6 +477,47 @@ class Evaluator:
             v = self.with_names({e.var: sp.Integer(i)}).number(e.body)
             total = v if total is None else total + v
         return total if total is not None else sp.Integer(0)
+
+
+# Decimal exponents beyond this are outside double precision (and would take sympy forever).
+MAX_EXPONENT = 308
+_CHAIN_OPS = {"+": "+-", "-": "+-", "*": "*/", "/": "*/"}
+
+
+def _left_chain(e: A.BinOp) -> tuple[A.Expr, list[A.BinOp]]:
+    """``a + b - c`` -> (a, [the ``+`` node, the ``-`` node]): the operators in evaluation order."""
+    family = _CHAIN_OPS.get(e.op, "")
+    steps = [e]
+    x = e.left
+    while isinstance(x, A.BinOp) and x.op in family:
+        steps.append(x)
+        x = x.left
+    steps.reverse()
+    return x, steps
+
+
+def _power(a, b, span: Span):
+    """``a^b``, refusing numbers that no floating-point format can hold."""
+    if a == 0 and b.is_number and b.is_negative:
+        raise PdslError.at("DivisionByZero", "zero raised to a negative power", span)
+    if isinstance(a, sp.Number) and isinstance(b, sp.Number) and abs(a) not in (0, 1):
+        size = float(b) * _log10(abs(a))
+        if not abs(size) <= MAX_EXPONENT:
+            raise PdslError.at(
+                "BadNumber",
+                f"this power is about 10^{size:.3g}, outside the range of floating-point numbers",
+                span,
+                "numbers must lie between 1e-308 and 1e308",
+            )
+    return a**b
+
+
+def _log10(x: sp.Number) -> float:
+    """log10 of a nonzero sympy number, exact enough for huge rationals."""
+    if isinstance(x, sp.Rational):
+        p, q = abs(int(x.p)), int(x.q)
+        return (math.log10(p) if p else -math.inf) - math.log10(q)
+    return math.log10(abs(float(x))) if x else -math.inf
 
 
 def _shape(v) -> str:

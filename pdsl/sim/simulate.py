@@ -57,11 +57,15 @@ class SimulationResult:
     energy: np.ndarray | None
     constraint_rms: np.ndarray | None  # per time, RMS of the holonomic constraints
     info: dict = field(default_factory=dict)
+    shown: np.ndarray | None = None  # the state as a CSV shows it (velocities for Cartesian momenta)
+    shown_names: tuple[str, ...] = ()
 
     def columns(self) -> tuple[list[str], np.ndarray]:
-        names = ["t", *self.x_names, *self.z_names, *self.y_names]
-        data = np.column_stack([self.t, self.x, self.z, self.y]) if len(self.t) else np.zeros((0, len(names)))
-        return names, data
+        """CSV columns: t, the shown state, algebraic variables, outputs."""
+        shown, names = (self.shown, self.shown_names) if self.shown is not None else (self.x, self.x_names)
+        header = ["t", *names, *self.z_names, *self.y_names]
+        data = np.column_stack([self.t, shown, self.z, self.y]) if len(self.t) else np.zeros((0, len(header)))
+        return header, data
 
 
 def parse_assignment(text: str, option: str) -> tuple[str, str]:
@@ -147,19 +151,21 @@ def _lift_interp(interp):
     return _F()
 
 
-def simulate(
-    num: NumericSystem,
-    grid: np.ndarray,
-    *,
-    x0: Mapping[str, float] | None = None,
-    params: Mapping[str, float] | None = None,
-    inputs: Mapping[str, InputSignal] | None = None,
-    rtol: float = 1e-8,
-    atol: float | None = None,
-    integrator: str | None = None,
-    substeps: int = 1,
-) -> SimulationResult:
-    """Integrate ``num`` over ``grid`` (grid[0] is the initial time)."""
+STABILIZERS = ("none", "project")
+
+
+@dataclass(frozen=True)
+class _Setup:
+    p: np.ndarray
+    integrator: str
+    rtol: float
+    atol: float
+    substeps: int
+    stabilize: str
+    inputs: dict
+
+
+def _setup(num, params, inputs, integrator, rtol, atol, substeps, stabilize) -> _Setup:
     inputs = dict(inputs or {})
     missing = [u for u in num.u_names if u not in inputs]
     if missing:
@@ -174,70 +180,184 @@ def simulate(
     if extra:
         raise PdslError.at("BadOption", f"--input {extra[0]}: the model has no exogenous input `{extra[0]}`",
                            hint=f"exogenous inputs: {', '.join(num.u_names) or 'none'}")
-    x_init = num.x_start.copy()
-    for name, value in (x0 or {}).items():
-        if name not in num.x_names:
-            raise PdslError.at("BadOption", f"--init {name}: `{name}` is not a state of {num.system.name}",
-                               hint="states: " + ", ".join(num.x_names))
-        x_init[num.x_names.index(name)] = value
     for name in params or {}:
         if name not in num.p_names:
             raise PdslError.at("BadOption", f"--param {name}: `{name}` is not a parameter of {num.system.name}",
                                hint="parameters: " + (", ".join(n for n in num.p_names if ".w[" not in n) or "none"))
-    p = num.param_vector(dict(params or {}))
     if integrator is None:
         integrator = "idas" if num.nz else "cvodes"
     if integrator not in INTEGRATORS and integrator not in FIXED_STEP:
         raise PdslError.at("BadOption", f"--integrator {integrator}: unknown", hint="one of: " + ", ".join([*INTEGRATORS, *FIXED_STEP]))
-    if atol is None:
-        atol = rtol * 1e-2
     if num.nz and integrator != "idas":
         raise PdslError.at("BadOption", f"this model is a DAE ({num.nz} algebraic variables): use --integrator idas")
     if not (isinstance(substeps, int) and 1 <= substeps <= 100_000):
         raise PdslError.at("BadOption", f"--substeps must be a positive integer, got {substeps}")
+    if stabilize not in STABILIZERS:
+        raise PdslError.at("BadOption", f"--stabilize {stabilize}: unknown", hint="one of: " + ", ".join(STABILIZERS))
+    if stabilize != "none" and num.invariants.size1_out(0) == 0:
+        raise PdslError.at("BadOption", "--stabilize needs a model with constraints")
+    if num.nx == 0:
+        raise PdslError.at("EmptyModel", f"{num.system.name} has no differential states to integrate", num.system.span)
+    return _Setup(
+        p=num.param_vector(dict(params or {})), integrator=integrator, rtol=rtol,
+        atol=rtol * 1e-2 if atol is None else atol, substeps=substeps, stabilize=stabilize, inputs=inputs,
+    )
 
+
+def simulate(
+    num: NumericSystem,
+    grid: np.ndarray,
+    *,
+    x0: Mapping[str, float] | None = None,
+    params: Mapping[str, float] | None = None,
+    inputs: Mapping[str, InputSignal] | None = None,
+    rtol: float = 1e-8,
+    atol: float | None = None,
+    integrator: str | None = None,
+    substeps: int = 1,
+    project: bool = True,
+    stabilize: str = "none",
+) -> SimulationResult:
+    """Integrate ``num`` over ``grid`` (grid[0] is the initial time).
+
+    ``x0`` overrides start values (states or shown columns such as ``b.vx``); with
+    constraints, the start is projected onto Φ = 0, Φ̇ = 0 (``project``) and the
+    changes are listed in ``info["projection"]``. ``stabilize="project"`` also
+    projects after every output interval.
+    """
+    from .initial import Projector, initial_state
+
+    st = _setup(num, params, inputs, integrator, rtol, atol, substeps, stabilize)
+    x_init = initial_state(num, dict(x0 or {}), st.p, float(grid[0]))
+    info: dict = {}
+    if project and num.invariants.size1_out(0):
+        proj = Projector(num).project(x_init, st.p, float(grid[0]))
+        x_init = proj.x
+        info["projection"] = proj
+    (X, Z), = _integrate(num, grid, x_init[None, :], st)
+    return _result(num, grid, X, Z, st.p, st.inputs, {**info, **_describe(st)})
+
+
+def simulate_batch(
+    num: NumericSystem,
+    grid: np.ndarray,
+    x0s: np.ndarray,
+    *,
+    params: Mapping[str, float] | None = None,
+    inputs: Mapping[str, InputSignal] | None = None,
+    rtol: float = 1e-8,
+    atol: float | None = None,
+    integrator: str | None = None,
+    substeps: int = 1,
+    stabilize: str = "none",
+    threads: int = 2,
+) -> list[SimulationResult]:
+    """Integrate many initial states (rows of ``x0s``, already consistent) in parallel threads."""
+    st = _setup(num, params, inputs, integrator, rtol, atol, substeps, stabilize)
+    runs = _integrate(num, grid, np.atleast_2d(x0s), st, threads=threads)
+    return [_result(num, grid, X, Z, st.p, st.inputs, _describe(st)) for X, Z in runs]
+
+
+def _describe(st: _Setup) -> dict:
+    if st.integrator in FIXED_STEP:
+        return {"integrator": st.integrator, "substeps": st.substeps, "stabilize": st.stabilize}
+    return {"integrator": st.integrator, "rtol": st.rtol, "atol": st.atol, "stabilize": st.stabilize}
+
+
+def _integrate(num, grid, X0, st: _Setup, threads: int = 1) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Trajectories (len(grid) × nx states, len(grid) × nz algebraics) for each row of X0."""
     T = ca.SX if num.kind == "SX" else ca.MX
-    t = T.sym("t")
-    x = T.sym("x", num.nx)
-    z = T.sym("z", num.nz)
-    P = T.sym("p", len(p))
-    u = ca.vertcat(*[inputs[name].fn(t, x, P) for name in num.u_names]) if num.u_names else T(0, 1)
+    t, x, z, P = T.sym("t"), T.sym("x", num.nx), T.sym("z", num.nz), T.sym("p", len(st.p))
+    u = ca.vertcat(*[st.inputs[name].fn(t, x, P) for name in num.u_names]) if num.u_names else T(0, 1)
     xdot, g = num.dae(t, x, z, P, u)
-    if integrator in FIXED_STEP:
-        X = _fixed_step(ca.Function("f", [t, x, P], [xdot]), integrator, grid, x_init, p, substeps)
-        return _result(num, grid, X, np.zeros((len(grid), 0)), p, inputs, {"integrator": integrator, "substeps": substeps})
-    plugin, plugin_opts = INTEGRATORS[integrator]
+    n = X0.shape[0]
+    if st.stabilize == "project":
+        return [_integrate_projected(num, grid, x0, st, t, x, z, P, xdot, g) for x0 in X0]
+    if st.integrator in FIXED_STEP:
+        from ..numerics.fixed_step import make_rollout
+
+        h = float(grid[1] - grid[0]) / st.substeps
+        rollout = make_rollout(ca.Function("f", [t, x, P], [xdot]), st.integrator, h, (len(grid) - 1) * st.substeps)
+        F = rollout.map(n, "thread", threads) if n > 1 else rollout
+        steps = (len(grid) - 1) * st.substeps
+        out = np.asarray(F(float(grid[0]), X0.T, st.p))  # nx × (steps · n), trajectory after trajectory
+        runs = []
+        for k in range(n):
+            Xk = out[:, k * steps : (k + 1) * steps]
+            Xk = np.column_stack([X0[k], Xk[:, st.substeps - 1 :: st.substeps]]).T
+            runs.append((Xk, np.zeros((len(grid), 0))))
+        return runs
+    F = _sundials(num, st, t, x, z, P, xdot, g, float(grid[0]), [float(v) for v in grid])
+    try:
+        if n == 1:
+            res = F(x0=X0[0], p=st.p, z0=num.z_start)
+            return [(np.asarray(res["xf"]).T, np.asarray(res["zf"]).T if num.nz else np.zeros((len(grid), 0)))]
+        Fm = F.map(n, "thread", threads)
+        res = Fm(x0=X0.T, p=st.p, z0=np.tile(num.z_start[:, None], n))
+    except RuntimeError as exc:
+        raise _failure(num, st, exc) from None
+    xf = np.asarray(res["xf"])  # nx × (len(grid) · n), trajectory after trajectory
+    zf = np.asarray(res["zf"])
+    m = len(grid)
+    return [
+        (xf[:, k * m : (k + 1) * m].T, zf[:, k * m : (k + 1) * m].T if num.nz else np.zeros((m, 0)))
+        for k in range(n)
+    ]
+
+
+def _sundials(num, st, t, x, z, P, xdot, g, t0, tout):
+    plugin, plugin_opts = INTEGRATORS[st.integrator]
     dae = {"t": t, "x": x, "p": P, "ode": xdot}
     if num.nz:
         dae.update({"z": z, "alg": g})
-    opts = {"abstol": atol, "reltol": rtol, "max_num_steps": 1_000_000, **plugin_opts}
-    if num.nx == 0:
-        raise PdslError.at("EmptyModel", f"{num.system.name} has no differential states to integrate", num.system.span)
+    opts = {"abstol": st.atol, "reltol": st.rtol, "max_num_steps": 1_000_000, **plugin_opts}
+    # the output grid includes t0, so that z(t0) is the consistent value IDAS computes, not the guess
     try:
-        F = ca.integrator("F", plugin, dae, float(grid[0]), [float(v) for v in grid[1:]], opts)
-        res = F(x0=x_init, p=p, z0=num.z_start)
+        return ca.integrator("F", plugin, dae, t0, tout, opts)
     except RuntimeError as exc:
-        raise PdslError.at(
-            "IntegratorFailure",
-            f"{integrator} failed on {num.system.name}: {_first_line(exc)}",
-            num.system.span,
-            "check the initial state and parameters (a singular mass matrix or an escape to infinity?), or loosen --rtol",
-        ) from None
-    X = np.column_stack([x_init, np.asarray(res["xf"])]).T
-    Z = np.column_stack([num.z_start, np.asarray(res["zf"])]).T if num.nz else np.zeros((len(grid), 0))
-    info = {"integrator": integrator, "rtol": rtol, "atol": atol}
-    return _result(num, grid, X, Z, p, inputs, info)
+        raise _failure(num, st, exc) from None
 
 
-def _fixed_step(f, method, grid, x_init, p, substeps):
-    """An unrolled fixed-step rollout (pdsl.numerics) sampled on the output grid."""
-    from ..numerics.fixed_step import make_rollout
+def _integrate_projected(num, grid, x0, st, t, x, z, P, xdot, g):
+    """Integrate interval by interval, projecting onto the invariants after each one."""
+    from .initial import Projector
 
-    h = float(grid[1] - grid[0]) / substeps
-    n = (len(grid) - 1) * substeps
-    rollout = make_rollout(f, method, h, n)
-    X = np.asarray(rollout(float(grid[0]), x_init, p))
-    return np.column_stack([x_init, X[:, substeps - 1 :: substeps]]).T
+    proj = Projector(num)
+    T = type(x)
+    s, tk = T.sym("s"), T.sym("tk")
+    local = ca.Function("local", [t, x, z, P], [xdot, g])
+    xd, gg = local(tk + s, x, z, P)
+    dt = float(grid[1] - grid[0])
+    X, Z = [np.array(x0, dtype=float)], [num.z_start.copy()]
+    if st.integrator in FIXED_STEP:
+        from ..numerics.fixed_step import make_step
+
+        step = make_step(ca.Function("f", [s, x, ca.vertcat(P, tk)], [xd]), st.integrator, dt / st.substeps)
+        for k in range(len(grid) - 1):
+            xk = X[-1]
+            for j in range(st.substeps):
+                xk = np.asarray(step(j * dt / st.substeps, xk, np.append(st.p, grid[k]))).ravel()
+            X.append(proj.project(xk, st.p, float(grid[k + 1])).x)
+            Z.append(Z[-1])
+        return np.array(X), np.zeros((len(grid), 0))
+    F = _sundials(num, st, s, x, z, ca.vertcat(P, tk), xd, gg, 0.0, [dt])
+    for k in range(len(grid) - 1):
+        try:
+            res = F(x0=X[-1], p=np.append(st.p, grid[k]), z0=Z[-1])
+        except RuntimeError as exc:
+            raise _failure(num, st, exc) from None
+        X.append(proj.project(np.asarray(res["xf"]).ravel(), st.p, float(grid[k + 1])).x)
+        Z.append(np.asarray(res["zf"]).ravel())
+    return np.array(X), (np.array(Z) if num.nz else np.zeros((len(grid), 0)))
+
+
+def _failure(num, st, exc) -> PdslError:
+    return PdslError.at(
+        "IntegratorFailure",
+        f"{st.integrator} failed on {num.system.name}: {_first_line(exc)}",
+        num.system.span,
+        "check the initial state and parameters (a singular mass matrix or an escape to infinity?), or loosen --rtol",
+    )
 
 
 def _result(num, grid, X, Z, p, inputs, info) -> SimulationResult:
@@ -247,6 +367,7 @@ def _result(num, grid, X, Z, p, inputs, info) -> SimulationResult:
     U = _eval_inputs(num, inputs, grid, X, p)
     Y = _eval_map(num.outputs, grid, X, Z, p, U, with_z=True) if num.y_names else np.zeros((len(grid), 0))
     E = _eval_map(num.energy, grid, X, Z, p, U, with_z=False)[:, 0] if num.energy is not None else None
+    shown = _eval_shown(num, grid, X, p)
     C = None
     if num.system.constraints:
         phi = np.asarray(num.constraints.map(len(grid))(grid, X.T, np.tile(p[:, None], len(grid)))).T
@@ -254,8 +375,15 @@ def _result(num, grid, X, Z, p, inputs, info) -> SimulationResult:
     info = {**info, "x0": dict(zip(num.x_names, x_init.tolist()))}
     return SimulationResult(
         t=grid, x=X, z=Z, x_names=num.x_names, z_names=num.z_names, y=Y, y_names=num.y_names,
-        energy=E, constraint_rms=C, info=info,
+        energy=E, constraint_rms=C, info=info, shown=shown, shown_names=num.report_names,
     )
+
+
+def _eval_shown(num, grid, X, p):
+    if num.report_names == num.x_names:
+        return X
+    n = len(grid)
+    return np.asarray(num.report.map(n)(grid[None, :], X.T, np.tile(p[:, None], n))).T
 
 
 def _eval_inputs(num, inputs, grid, X, p):
