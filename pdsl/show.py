@@ -82,7 +82,7 @@ class _Printer:
         return f"{self.expr(lhs)} = {self.expr(rhs)}"
 
 
-def render_system(system: SymbolicSystem, fmt: str = "text", *, simplify: bool = True) -> str:
+def render_system(system: SymbolicSystem, fmt: str = "text", *, simplify: bool = True, model=None) -> str:
     pr = _Printer(system, fmt)
     tidy = _tidy if simplify else (lambda e: e)
     md = fmt == "markdown"
@@ -104,6 +104,8 @@ def render_system(system: SymbolicSystem, fmt: str = "text", *, simplify: bool =
     out.append(f"# {title}" if md else (f"% {title}" if tex else title))
     item(f"formalism: {system.formalism}; {len(system.states)} states, {len(system.algebraics)} algebraic, "
          f"{len(system.multipliers)} multipliers, {len(system.params)} parameters")
+    if model is not None and model.bodies:
+        _bodies(model, system, pr, h, item, out, fmt)
     h("States")
     for s in system.states:
         item(f"{s.name}" + (f" (start {s.start:g})" if s.start is not None else "") + f"    [{s.span}]")
@@ -156,3 +158,23 @@ def _block(body: str, fmt: str, prefix: str, origin, label: str = "") -> str:
     if fmt == "markdown":
         return f"- `{prefix}{body}`  ({note}line {origin.line})" if origin else f"- `{prefix}{body}`"
     return f"  {prefix}{body}\n      ({note}{where})"
+
+
+def _bodies(model, system, pr, h, item, out, fmt) -> None:
+    """Bodies, their node layout and mass-matrix blocks (Eq. 9), and the degrees of freedom."""
+    from .lower.cartesian import node_mass_matrix
+
+    h("Bodies")
+    n_coords = 0
+    for b in model.bodies:
+        nodes = ", ".join(b.name + ("." + nn if nn else "") for nn in b.node_names)
+        n_coords += len(b.nodes) * len(b.nodes[0])
+        kind = "point mass" if b.kind == "point" else f"rigid, dim {b.dim}, moments {', '.join(pr.expr(m) for m in b.moments)}"
+        item(f"{b.name}: {kind}, mass {pr.expr(b.mass)}; nodes {nodes}    [{b.span}]")
+        if b.kind == "rigid":
+            M = node_mass_matrix(b.mass, b.moments)
+            rows = "; ".join(", ".join(pr.expr(sp.simplify(M[i, j])) for j in range(M.shape[1])) for i in range(M.shape[0]))
+            item(f"  mass matrix on the nodes (Eq. 9, ⊗ I_{model.space}): [{rows}]")
+    n_constraints = len(system.constraints)
+    h("Degrees of freedom")
+    item(f"n·d − C = {n_coords} − {n_constraints} = {n_coords - n_constraints}")

@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["text", "markdown", "latex"], default="text")
     p.add_argument("--formulation", default="hamiltonian", help="hamiltonian|lagrangian (Cartesian mechanics)")
     p.add_argument("--raw", action="store_true", help="print equations as derived, without simplifying them for display")
+    p.add_argument("--plot-structure", metavar="OUT.png", help="draw the bodies and their links/joints at the initial state")
 
     p = sub.add_parser("simulate", help="integrate a model and write a CSV (and a plot)")
     _common(p)
@@ -114,7 +115,13 @@ def cmd_show(args) -> int:
 
     m = select_model(load_models(args.file, consts=_consts(args.const)), args.model, args.file)
     system = lower(m, args.formulation)
-    sys.stdout.write(render_system(system, args.format, simplify=not args.raw))
+    sys.stdout.write(render_system(system, args.format, simplify=not args.raw, model=m))
+    if args.plot_structure:
+        from ..backend.functions import to_casadi
+        from ..sim.structure import plot_structure
+
+        _write(lambda: plot_structure(m, to_casadi(system), args.plot_structure), args.plot_structure)
+        print(f"structure plot -> {args.plot_structure}")
     return EXIT_OK
 
 
@@ -252,6 +259,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into `head` and the like
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     except Exception:  # noqa: BLE001 - the one place internal errors are reported
         if debug:
             traceback.print_exc()

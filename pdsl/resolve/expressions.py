@@ -13,6 +13,7 @@ from typing import Callable, Mapping
 
 import difflib
 import math
+import re
 
 import sympy as sp
 
@@ -255,11 +256,7 @@ class Evaluator:
 
     # ------------------------------------------------------------ atoms
     def _Num(self, e: A.Num):
-        if not math.isfinite(e.value) or abs(_log10(sp.Rational(e.text))) > MAX_EXPONENT:
-            raise PdslError.at(
-                "BadNumber", f"`{e.text}` is outside the range of floating-point numbers", e.span, "numbers must lie between 1e-308 and 1e308"
-            )
-        return sp.Rational(e.text) if any(c in e.text for c in ".eE") else sp.Integer(e.text)
+        return number_value(e.text, e.span)
 
     def _Name(self, e: A.Name):
         if e.id in self.scope.names:
@@ -353,7 +350,7 @@ class Evaluator:
                 if not 1 <= i <= n:
                     raise PdslError.at("BadIndex", f"index {i} is outside 1..{n}", e.span)
             return base[idx[0] - 1, 0] if len(idx) == 1 else base[idx[0] - 1, idx[1] - 1]
-        raise PdslError.at("TypeMismatch", "only arrays can be indexed", e.span)
+        raise PdslError.at("TypeMismatch", f"{_describe(e.base)} is not an array, so it cannot be indexed", e.span)
 
     def _Attr(self, e: A.Attr):
         base = self.eval(e.base)
@@ -376,7 +373,12 @@ class Evaluator:
                 + (", " + ", ".join(base.node_names[1:]) if len(base.node_names) > 1 else "")
                 + " and .at([...])",
             )
-        raise PdslError.at("UnknownName", f"`.{e.name}` is not defined here", e.span)
+        raise PdslError.at(
+            "UnknownName",
+            f"{_describe(e.base)} has no attribute `{e.name}`",
+            e.span,
+            "only bodies have attributes (b.x, b.pos, b.at([...]))",
+        )
 
     def _Call(self, e: A.Call):
         if isinstance(e.func, A.Attr) and e.func.name == "at":
@@ -468,6 +470,13 @@ class Evaluator:
     def _Generator(self, e: A.Generator):
         if not (isinstance(e.func, A.Name) and e.func.id == "sum"):
             raise PdslError.at("UnknownFunction", "only `sum(... for i in a..b)` takes a generator", e.func.span)
+        if e.var in self.scope.names or e.var in CONSTANTS:
+            raise PdslError.at(
+                "DuplicateDefinition",
+                f"the summation index `{e.var}` is already a name here",
+                e.span,
+                "choose an index name that the model does not use, such as `j` or `k`",
+            )
         lo = int_value(self.eval(e.lo), e.lo.span, "a loop bound")
         hi = int_value(self.eval(e.hi), e.hi.span, "a loop bound")
         if hi - lo > 100_000:
@@ -496,28 +505,43 @@ def _left_chain(e: A.BinOp) -> tuple[A.Expr, list[A.BinOp]]:
     return x, steps
 
 
+_RANGE_HINT = "numbers must lie between 1e-308 and 1e308 in magnitude"
+
+
+def number_value(text: str, span: Span) -> sp.Expr:
+    """A literal, kept exact (``0.1`` is 1/10) but only if a double can hold it."""
+    mantissa = re.split("[eE]", text)[0]
+    if not any(c in "123456789" for c in mantissa):
+        return sp.Integer(0)
+    if float(text) in (0.0, math.inf):  # float() of a literal never raises; it saturates
+        raise PdslError.at("BadNumber", f"`{text}` is outside the range of floating-point numbers", span, _RANGE_HINT)
+    return sp.Rational(text) if any(c in text for c in ".eE") else sp.Integer(text)
+
+
 def _power(a, b, span: Span):
-    """``a^b``, refusing numbers that no floating-point format can hold."""
+    """``a^b``, refusing numbers that no floating-point format can hold (sympy would try)."""
     if a == 0 and b.is_number and b.is_negative:
         raise PdslError.at("DivisionByZero", "zero raised to a negative power", span)
-    if isinstance(a, sp.Number) and isinstance(b, sp.Number) and abs(a) not in (0, 1):
-        size = float(b) * _log10(abs(a))
+    if a.is_number and b.is_number and a != 0:
+        size = _decimal_exponent(a, b)
         if not abs(size) <= MAX_EXPONENT:
             raise PdslError.at(
-                "BadNumber",
-                f"this power is about 10^{size:.3g}, outside the range of floating-point numbers",
-                span,
-                "numbers must lie between 1e-308 and 1e308",
+                "BadNumber", f"this power is about 10^{size:.3g}, outside the range of floating-point numbers", span, _RANGE_HINT
             )
     return a**b
 
 
-def _log10(x: sp.Number) -> float:
-    """log10 of a nonzero sympy number, exact enough for huge rationals."""
-    if isinstance(x, sp.Rational):
-        p, q = abs(int(x.p)), int(x.q)
-        return (math.log10(p) if p else -math.inf) - math.log10(q)
-    return math.log10(abs(float(x))) if x else -math.inf
+def _decimal_exponent(a: sp.Expr, b: sp.Expr) -> float:
+    """log10 |a^b| for numeric a and b, from 15-digit approximations."""
+    magnitude = abs(complex(a.evalf(15)))
+    if magnitude in (0.0, math.inf):
+        return math.inf
+    return float(sp.re(b.evalf(15))) * math.log10(magnitude)
+
+
+def _describe(e: A.Expr) -> str:
+    """How to name an expression in a message: `x` for a name, "this expression" otherwise."""
+    return f"`{e.id}`" if isinstance(e, A.Name) else "this expression"
 
 
 def _shape(v) -> str:

@@ -24,6 +24,7 @@ from .expressions import (
     Evaluator,
     NeuralRef,
     Scope,
+    Unusable,
     as_number,
     float_value,
     int_value,
@@ -103,10 +104,14 @@ class _Resolver:
     _pending: list = field(default_factory=list)  # (kind, Decl) whose values are resolved last
     _nn_specs: dict = field(default_factory=dict)
     _bodies_pending: list = field(default_factory=list)
+    declared: dict[str, str] = field(default_factory=dict)  # every name the model declares -> its kind
+    composition: set[str] = field(default_factory=set)  # names made by `port` and `use` (not lowered yet)
 
     # ================================================================== driver
     def run(self) -> M.Model:
         body = self.ast.body
+        self.declared = _declared_names(body)
+        self.composition = _composition_names(body)
         self._resolve_consts(body)
         self._resolve_space(body)
         out: dict[str, list] = {k: [] for k in (
@@ -130,7 +135,7 @@ class _Resolver:
         self._declare_elements(body)
         # pass 2: everything that uses names
         for stmt in body:
-            if type(stmt) in decl_handlers or isinstance(stmt, A.SpaceStmt):
+            if type(stmt) in decl_handlers or isinstance(stmt, A.SpaceStmt) or self._uses_composition(stmt):
                 continue
             self._guard(self._statement, stmt, out, single)
         # deferred: values of params/inputs/outputs (they may use any name)
@@ -149,6 +154,10 @@ class _Resolver:
             **{k: tuple(v) for k, v in out.items()},
         )
 
+    def _uses_composition(self, stmt: A.Stmt) -> bool:
+        """A statement about a `port` or `use` instance waits for composition (already reported)."""
+        return not isinstance(stmt, _NOT_YET_SUPPORTED) and bool(_names_in(stmt) & self.composition)
+
     def _guard(self, fn, stmt, *args):
         try:
             fn(stmt, *args)
@@ -161,15 +170,24 @@ class _Resolver:
         names.update({k: sp.Integer(v) for k, v in self.consts.items()})
         names["t"] = S.TIME
         names["ground"] = BodyRef(None, (), (), self.space)
-        known = {n: "an output is computed from the model; it cannot be used inside it" for n, d in self.names.items() if d.kind == "output"}
+        known = {
+            n: Unusable(
+                "NotAllowedHere",
+                f"`{n}` is an output: it is computed from the model and cannot be used inside it",
+                "use the expression itself, or make it a `var` with an equation",
+            )
+            for n, d in self.names.items()
+            if d.kind == "output"
+        }
         return Scope(names, der_of=self._der_of if allow_der else None, known=known)
 
     def _const_scope(self, extra: Mapping[str, object] | None = None) -> Scope:
         """Only numbers, consts and loop variables (array bounds, defaults)."""
         names = {k: sp.Integer(v) for k, v in self.consts.items()}
         names.update(extra or {})
-        hint = "array bounds, loop bounds, constants and default values use only numbers and `const`s"
-        known = {n: hint for n in list(self.names) + ["t", "ground"]}
+        known = {n: _not_constant(n, kind) for n, kind in self.declared.items() if n not in names}
+        known["t"] = _not_constant("t", "the time")
+        known["ground"] = _not_constant("ground", "the fixed frame")
         return Scope(names, der_of=None, known=known)
 
     def _ev(self, bindings: Mapping[str, object] | None = None, *, allow_der: bool = True) -> Evaluator:
@@ -214,16 +232,25 @@ class _Resolver:
             raise PdslError.at("ReservedName", f"`{name}` is a built-in name and cannot be redeclared", span)
         prev = self.names.get(name)
         if prev is not None or name in self.consts:
-            where = prev.span.line if prev else "a const"
+            where = f"on line {prev.span.line}" if prev else "as a `const`"
             raise PdslError.at(
                 "DuplicateDefinition",
-                f"`{name}` is already declared (line {where})",
+                f"`{name}` is already declared {where}",
                 span,
                 "every name in a model is declared once",
             )
         self.names[name] = _Decl(kind, span, value)
 
     # ================================================================== loops
+    def _expand(self, loops: tuple[A.Loop, ...]) -> list[dict]:
+        """The loop bindings of a statement, refusing an expansion too large to be meant."""
+        bindings = list(itertools.islice(self._bindings(loops), MAX_ARRAY + 1))
+        if len(bindings) > MAX_ARRAY:
+            raise PdslError.at(
+                "BadArrayBounds", f"this `for` clause repeats the statement more than {MAX_ARRAY} times", loops[0].span
+            )
+        return bindings
+
     def _bindings(self, loops: tuple[A.Loop, ...], base: Mapping[str, object] | None = None) -> Iterator[dict]:
         """All combinations of loop variables; later bounds may use earlier variables."""
         base = dict(base or {})
@@ -261,8 +288,13 @@ class _Resolver:
                 if stmt.loops:
                     self.diags.error("BadLoop", "`const` declarations cannot have a `for` clause", stmt.span)
                 for d in stmt.decls:
-                    if d.name in decls or d.name in _RESERVED:
-                        self.diags.error("DuplicateDefinition", f"const `{d.name}` is declared twice", d.span)
+                    if d.name in _RESERVED:
+                        self.diags.error("ReservedName", f"`{d.name}` is a built-in name and cannot be redeclared", d.span)
+                        continue
+                    if d.name in decls:
+                        self.diags.error(
+                            "DuplicateDefinition", f"const `{d.name}` is already declared on line {decls[d.name].span.line}", d.span
+                        )
                         continue
                     if d.range or d.attrs or d.value is None:
                         self.diags.error(
@@ -603,18 +635,11 @@ class _Resolver:
         if isinstance(stmt, A.LagrangianStmt | A.HamiltonianStmt):
             handler(stmt, out, single)
             return
-        for bind in self._bindings(stmt.loops):
+        for bind in self._expand(stmt.loops):
             handler(stmt, bind, out)
 
     def _unsupported(self, stmt: A.Stmt, out) -> None:
-        what = {
-            A.ImportStmt: "`import`",
-            A.PortStmt: "`port`",
-            A.UseStmt: "`use` (model instances)",
-            A.ConnectStmt: "`connect`",
-            A.DistributionStmt: "`distribution learn` (constraint discovery)",
-            A.GroupStmt: "`group` (Hamel reduction)",
-        }[type(stmt)]
+        what = _NOT_YET_SUPPORTED_NAMES[type(stmt)]
         raise PdslError.at(
             "NotYetSupported",
             f"{what} is part of the language but not implemented yet",
@@ -728,6 +753,17 @@ class _Resolver:
         out["elements"].append(M.Element(kind=type(stmt).__name__, name=getattr(stmt, "name", None), data={"ast": stmt, "bind": bind}, span=stmt.span))
 
 
+_NOT_YET_SUPPORTED_NAMES = {
+    A.ImportStmt: "`import`",
+    A.PortStmt: "`port`",
+    A.UseStmt: "`use` (model instances)",
+    A.ConnectStmt: "`connect`",
+    A.DistributionStmt: "`distribution learn` (constraint discovery)",
+    A.GroupStmt: "`group` (Hamel reduction)",
+}
+_NOT_YET_SUPPORTED = tuple(_NOT_YET_SUPPORTED_NAMES)
+
+
 class _PendingOutput:
     """Placeholder bound to an output's name until its value is known."""
 
@@ -773,20 +809,57 @@ def _pairs(lhs, rhs, span: Span):
     return [(lhs, rhs)]
 
 
-def _names_in(e: A.Expr) -> set[str]:
+def _names_in(node) -> set[str]:
+    """Every name an expression or statement mentions (iterative: expressions may be long chains)."""
     out: set[str] = set()
-
-    def walk(x):
+    stack = [node]
+    while stack:
+        x = stack.pop()
         if isinstance(x, A.Name):
             out.add(x.id)
-        elif isinstance(x, A.Expr | A.KwArg):
-            for f in x.__dataclass_fields__:
-                v = getattr(x, f)
-                if isinstance(v, tuple):
-                    for i in v:
-                        walk(i)
-                else:
-                    walk(v)
-
-    walk(e)
+        elif isinstance(x, tuple):
+            stack.extend(x)
+        elif isinstance(x, _AST_NODES):
+            stack.extend(getattr(x, f) for f in x.__dataclass_fields__)
     return out
+
+
+_AST_NODES = (A.Expr, A.KwArg, A.Stmt, A.Loop, A.Range, A.Attribute, A.Decl)
+
+
+def _declared_names(body) -> dict[str, str]:
+    """Name -> kind for every declaration of a model, before any is resolved (order is free)."""
+    out: dict[str, str] = {}
+    for stmt in body:
+        if isinstance(stmt, A.DeclStmt):
+            out.update((d.name, stmt.kind) for d in stmt.decls)
+        elif isinstance(stmt, A.NNStmt):
+            out[stmt.name] = "neural network"
+        elif isinstance(stmt, A.BodyStmt):
+            out[stmt.name] = "body"
+        elif isinstance(stmt, A.StoreStmt):
+            out[stmt.name], out[stmt.state] = stmt.kind, "state"
+        elif isinstance(stmt, A.ResistiveStmt | A.SourceStmt | A.TwoPortStmt):
+            out[stmt.name] = "element"
+    return out
+
+
+def _composition_names(body) -> set[str]:
+    names: set[str] = set()
+    for stmt in body:
+        if isinstance(stmt, A.PortStmt):
+            names.update(stmt.names)
+        elif isinstance(stmt, A.UseStmt):
+            names.add(stmt.name)
+    return names
+
+
+def _not_constant(name: str, kind: str) -> Unusable:
+    """Why ``name`` cannot appear in an array bound, loop bound, const or default value."""
+    article = "" if kind.startswith("the ") else ("an " if kind[0] in "aeio" else "a ")
+    return Unusable(
+        "NotConstant",
+        f"`{name}` is {article}{kind}, but array bounds, loop bounds, consts and default values "
+        "must be numbers known when the model is compiled",
+        f"declare it `const {name} = ...` (a `param` is a run-time value)" if kind == "param" else "use numbers and `const`s only",
+    )

@@ -44,9 +44,14 @@ class Projector:
 
     def project(self, x0, p, t: float = 0.0, *, tol: float = 1e-12, max_iter: int = 100) -> Projection:
         x = np.array(x0, dtype=float)
-        r, _ = self._eval(x, p, t)
+        r, J = self._eval(x, p, t)
         before = _rms(r)
-        scale = 0.5 * max(_rms(x), 1e-3)
+        if before > tol and np.any(np.all(np.abs(J) < 1e-14, axis=1) & (np.abs(r) > tol)):
+            # a constraint with no gradient here (e.g. every body at the origin): start from a
+            # deterministic nearby point, so Newton has a direction to move in
+            x = x + 1e-3 * np.random.default_rng(0).standard_normal(x.shape)
+            r, _ = self._eval(x, p, t)
+        scale = 0.5 * max(_rms(x), 1.0)  # A3.1 clamps steps to half the state scale
         k = 0
         while _rms(r) > tol and k < max_iter:
             r, J = self._eval(x, p, t)
