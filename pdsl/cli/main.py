@@ -71,6 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", default="casadi", help="casadi | c | python")
     p.add_argument("--formulation", default="hamiltonian", help="hamiltonian|lagrangian (Cartesian mechanics)")
     p.add_argument("-o", "--output", required=True, metavar="DIR")
+
+    from . import fit_cmd
+
+    fit_cmd.add_parsers(sub, _common)
     return ap
 
 
@@ -236,7 +240,22 @@ def cmd_compile(args) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"check": cmd_check, "show": cmd_show, "simulate": cmd_simulate, "compile": cmd_compile}
+def cmd_fit(args) -> int:
+    from . import fit_cmd
+
+    return fit_cmd.cmd_fit(args)
+
+
+def cmd_evaluate(args) -> int:
+    from . import fit_cmd
+
+    return fit_cmd.cmd_evaluate(args)
+
+
+COMMANDS = {
+    "check": cmd_check, "show": cmd_show, "simulate": cmd_simulate, "compile": cmd_compile,
+    "fit": cmd_fit, "evaluate": cmd_evaluate,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
