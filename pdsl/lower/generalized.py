@@ -58,6 +58,7 @@ def lower_lagrangian(model: Model) -> SymbolicSystem:
         force_origin[f.coord] = f.span
     n = len(q)
     p = [sp.diff(L, vi) for vi in v]  # generalized momenta ∂L/∂q̇
+    _check_momenta_free_of_inputs(model, p, span)
     rows = []
     for i in range(n):
         lhs = sum((sp.diff(p[i], v[j]) * acc[j] for j in range(n)), sp.Integer(0))
@@ -133,6 +134,22 @@ def _check_lagrangian_symbols(model: Model, L, span) -> None:
     for c in model.variables_of("coord"):
         allowed |= {c.symbol, S.der(c.symbol)}
     _check_symbols(L, allowed, span, "the lagrangian")
+
+
+def _check_momenta_free_of_inputs(model: Model, p, span) -> None:
+    """d/dt ∂L/∂q̇ would need the time derivative of an input that ∂L/∂q̇ depends on: refuse it."""
+    inputs = {u.symbol: u for u in model.inputs}
+    used = sorted({s for pi in p for s in pi.free_symbols if s in inputs}, key=lambda s: s.name)
+    if used:
+        names = ", ".join(f"`{inputs[s].name}`" for s in used)
+        raise PdslError.at(
+            "NotYetSupported",
+            f"the generalized momenta ∂L/∂der(q) depend on the input{'s' if len(used) > 1 else ''} {names}: "
+            "Euler–Lagrange would need the input's time derivative, which pdsl does not have",
+            span,
+            "apply an input as a generalized force (`force F on q`) or through the potential; "
+            "a known function of t and the coordinates can be written into the lagrangian directly",
+        )
 
 
 def _check_symbols(expr, allowed, span, what) -> None:

@@ -145,10 +145,13 @@ def _syntax_error(err: UnexpectedInput, path: str, text: str) -> PdslError:
 
 
 def _error_position(err: UnexpectedInput, text: str) -> tuple[int, int]:
-    """(line, col) where lark gave up; the end of the text for an unexpected end of file."""
+    """(line, col) where lark gave up: the end of the text for an unexpected end of file,
+    column 0 of the next line for an unexpected end of line."""
     if isinstance(err, UnexpectedEOF) or (isinstance(err, UnexpectedToken) and err.token.type == "$END"):
         lines = text.splitlines() or [""]
         return len(lines), len(lines[-1]) + 1
+    if isinstance(err, UnexpectedToken) and err.token.type == "_NL":
+        return err.token.line + 1, 0
     return err.line, err.column
 
 
@@ -294,7 +297,7 @@ def _check_nesting(tree: Tree, path: str) -> None:
         if depth > MAX_NESTING:
             raise PdslError.at(
                 "NestingTooDeep",
-                f"this expression is nested more than {MAX_NESTING} levels deep",
+                f"this expression is nested too deeply (the limit is about {MAX_NESTING} levels)",
                 _span_of(path, node.meta),
                 "write it in a flatter form (a long sum or product is fine, deep brackets are not)",
             )

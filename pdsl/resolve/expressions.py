@@ -404,7 +404,7 @@ class Evaluator:
             fn, arity = _SCALAR_FUNCS[name]
             self._arity(e, name, arity)
             args = [self.scalar(a, f"the argument of {name}") for a in e.args]
-            return fn(*args)
+            return _real(fn(*args), e.span, f"`{name}(...)` here")
         if name in ("dot", "cross"):
             self._arity(e, name, 2)
             a, b = (self.number(x) for x in e.args)
@@ -528,7 +528,16 @@ def _power(a, b, span: Span):
             raise PdslError.at(
                 "BadNumber", f"this power is about 10^{size:.3g}, outside the range of floating-point numbers", span, _RANGE_HINT
             )
-    return a**b
+    return _real(a**b, span, "this power")
+
+
+def _real(v: sp.Expr, span: Span, what: str) -> sp.Expr:
+    """Model quantities are real: a constant that is not (sqrt(-1), log(-2), asin(2)) is an error."""
+    if v.is_number and v.is_extended_real is False:
+        raise PdslError.at(
+            "NotReal", f"{what} is not a real number (it evaluates to {v})", span, "model quantities are real; check the sign or the domain of the function"
+        )
+    return v
 
 
 def _decimal_exponent(a: sp.Expr, b: sp.Expr) -> float:

@@ -74,9 +74,10 @@ def resolve_file(file: A.File, const_overrides: Mapping[str, int] | None = None)
             diags.extend(err)
     if const_overrides:
         known = {n for m in file.models for s in m.body if isinstance(s, A.DeclStmt) and s.kind == "const" for n in (d.name for d in s.decls)}
+        hint = "consts of this file: " + ", ".join(sorted(known)) if known else "this file declares no `const`"
         for name in const_overrides:
             if name not in known:
-                diags.error("UnknownName", f"--const {name}: no model in {file.path} declares a const `{name}`")
+                diags.error("UnknownName", f"--const {name}: no model in {file.path} declares a const `{name}`", hint=hint)
     diags.raise_if_any()
     return tuple(models)
 
@@ -282,48 +283,59 @@ class _Resolver:
 
     # ================================================================== consts, space
     def _resolve_consts(self, body) -> None:
-        decls: dict[str, A.Decl] = {}
-        for stmt in body:
-            if isinstance(stmt, A.DeclStmt) and stmt.kind == "const":
-                if stmt.loops:
-                    self.diags.error("BadLoop", "`const` declarations cannot have a `for` clause", stmt.span)
-                for d in stmt.decls:
-                    if d.name in _RESERVED:
-                        self.diags.error("ReservedName", f"`{d.name}` is a built-in name and cannot be redeclared", d.span)
-                        continue
-                    if d.name in decls:
-                        self.diags.error(
-                            "DuplicateDefinition", f"const `{d.name}` is already declared on line {decls[d.name].span.line}", d.span
-                        )
-                        continue
-                    if d.range or d.attrs or d.value is None:
-                        self.diags.error(
-                            "BadDeclaration", f"const `{d.name}` needs a single integer value: `const {d.name} = 3`", d.span
-                        )
-                        continue
-                    decls[d.name] = d
-        visiting: set[str] = set()
-
-        def value(name: str, span: Span) -> int:
-            if name in self.consts:
-                return self.consts[name]
-            if name in self.const_overrides:
-                self.consts[name] = int(self.const_overrides[name])
-                return self.consts[name]
-            if name in visiting:
-                raise PdslError.at("CyclicDefinition", f"const `{name}` is defined in terms of itself", span)
-            visiting.add(name)
-            d = decls[name]
-            deps = {n: sp.Integer(value(n, d.span)) for n in _names_in(d.value) if n in decls}
-            v = int_value(Evaluator(self._const_scope(deps)).eval(d.value), d.value.span, f"const `{name}`")
-            self.consts[name] = v
-            return v
-
-        for name, d in decls.items():
+        decls = self._const_decls(body)
+        cyclic: set[str] = set()
+        for name in decls:
+            if name in cyclic:
+                continue
             try:
-                value(name, d.span)
+                self._const_value(name, decls, (), cyclic)
             except PdslError as err:
                 self.diags.extend(err)
+
+    def _const_decls(self, body) -> dict[str, A.Decl]:
+        decls: dict[str, A.Decl] = {}
+        for stmt in body:
+            if not (isinstance(stmt, A.DeclStmt) and stmt.kind == "const"):
+                continue
+            if stmt.loops:
+                self.diags.error("BadLoop", "`const` declarations cannot have a `for` clause", stmt.loops[0].span)
+            for d in stmt.decls:
+                if d.name in _RESERVED:
+                    self.diags.error("ReservedName", f"`{d.name}` is a built-in name and cannot be redeclared", d.span)
+                elif d.name in decls:
+                    self.diags.error(
+                        "DuplicateDefinition", f"const `{d.name}` is already declared on line {decls[d.name].span.line}", d.span
+                    )
+                elif d.range or d.attrs or d.value is None:
+                    self.diags.error(
+                        "BadDeclaration", f"const `{d.name}` needs a single integer value: `const {d.name} = 3`", d.span
+                    )
+                else:
+                    decls[d.name] = d
+        return decls
+
+    def _const_value(self, name: str, decls: Mapping[str, A.Decl], chain: tuple[str, ...], cyclic: set[str]) -> int:
+        """The value of a const (an override wins), evaluating the consts it uses first."""
+        if name in self.consts:
+            return self.consts[name]
+        if name in self.const_overrides:
+            self.consts[name] = int(self.const_overrides[name])
+            return self.consts[name]
+        d = decls[name]
+        if name in chain:
+            loop = chain[chain.index(name):] + (name,)
+            cyclic.update(loop)
+            raise PdslError.at(
+                "CyclicDefinition",
+                f"const `{name}` is defined in terms of itself ({' -> '.join(loop)})",
+                d.span,
+                "a const is a number or an expression of other consts, without cycles",
+            )
+        deps = {n: sp.Integer(self._const_value(n, decls, chain + (name,), cyclic)) for n in sorted(_names_in(d.value)) if n in decls}
+        value = int_value(Evaluator(self._const_scope(deps)).eval(d.value), d.value.span, f"const `{name}`")
+        self.consts[name] = value
+        return value
 
     def _resolve_space(self, body) -> None:
         spaces = [s for s in body if isinstance(s, A.SpaceStmt)]

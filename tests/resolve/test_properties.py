@@ -1,0 +1,240 @@
+"""Fuzzing the front end: a mutated model fails with a PdslError or not at all.
+
+Valid models (LANGUAGE.md §8 and a few plain, Hamiltonian, Lagrangian and
+Cartesian ones) are mutated at random (characters, tokens, lines, names) and
+pushed through ``load_models`` and ``lower``. The only exception allowed is a
+:class:`PdslError` whose diagnostics render and point inside the text; a hang
+counts as a failure (per-example deadline, and a hard alarm for true hangs).
+
+CI runs a fixed set of examples (``derandomize``); set ``PDSL_FUZZ_EXAMPLES=5000``
+for a fresh random campaign.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pdsl.diagnostics import PdslError, render
+from pdsl.lower import lower
+from pdsl.pipeline import load_models
+
+SECTION_8 = (Path(__file__).resolve().parents[1] / "parse" / "language_section8.phm").read_text(encoding="utf-8")
+
+EXTRA_SEEDS = [
+    """model H
+  coord q
+  momentum p
+  hamiltonian p^2/2 + q^4/4 - q^2/2
+end
+""",
+    """model Oscillator "plain ODE with an input and an output"
+  param k = 1.0 {free, lower = 0}, c = 0.1
+  input F
+  var x = 1.0, v
+  output E = v^2/2 + k*x^2/2
+  der(x) = v
+  der(v) = -k*x - c*v + F
+end
+""",
+    """model Dae
+  var x = 1, y
+  der(x) = -y
+  0 = y - x^2
+end
+""",
+    """model Decay "array of states"
+  const N = 3
+  param c[1..N] = [1, 2, 3]
+  var x[1..N]
+  der(x[i]) = -c[i]*x[i] for i in 1..N
+  output total = sum(x[j] for j in 1..N)
+end
+""",
+    """model Pendulum "Lagrangian with a generalized force"
+  param g = 9.81, l = 1.0, d = 0.1
+  coord q = 0.5
+  lagrangian l^2/2*der(q)^2 + g*l*cos(q)
+  force -d*der(q) on q
+end
+""",
+    """model Hanging "one point mass on a spring"
+  space 2
+  param k = 2.0, c = 0.1
+  input F
+  body b = point(mass = 1)
+  spring ground, b, k = k, rest = 1
+  damper ground, b, c = c
+  force [F, 0] on b
+  gravity 9.81
+end
+""",
+    """model Learned
+  var x, v
+  nn f: mlp(hidden = [8], act = tanh, out = 2)
+  der(x) = v
+  der(v) = f(x, v)[1] - x
+end
+""",
+]
+
+
+def _split_models(text: str) -> list[str]:
+    return [m + "\n" for m in re.findall(r"^model .*?^end\s*$", text, flags=re.M | re.S)]
+
+
+SEEDS = _split_models(SECTION_8) + EXTRA_SEEDS
+
+# ---------------------------------------------------------------- mutations
+_TOKEN = re.compile(r"[A-Za-z_]\w*|\d+\.?\d*(?:[eE][+-]?\d+)?|\.\.|\s+|.", re.S)
+_ALPHABET = "abxyzNi0123456789.,:;=+-*/^()[]{}#\"' \n\t_eE@!\\é"
+_VOCABULARY = [
+    "model", "end", "const", "param", "var", "coord", "momentum", "input", "output", "space", "body", "link",
+    "joint", "hinge", "spring", "damper", "gravity", "potential", "force", "on", "lagrangian", "hamiltonian",
+    "constraint", "nn", "mlp", "flow_store", "junction", "common_effort", "port", "use", "connect", "import",
+    "for", "in", "der", "t", "ground", "pi", "i", "j", "N", "sin", "atan2", "sum", "dot", "norm", "cross",
+    "0", "1", "-1", "2.5", "1e999", "1e-3", "10^10^10", "(", ")", "[", "]", "{", "}", ",", "=", "+", "-", "*",
+    "/", "^", ".", "..", ":", " for i in 1..3", "\n", "#", '"s"', "sum(", ".at([0, 0, 1])", "[1, 2]",
+    "[[1, 0], [0, 1]]", "point(mass = 1)", "rigid(dim = 2, mass = 1, moments = [1, 2])", "der(", "x", "q", "p",
+]
+
+
+def _spot(draw, n: int) -> int:
+    """A position anywhere in a sequence of n items (uniform: integers() would favour the start)."""
+    return draw(st.randoms(use_true_random=False)).randrange(max(n, 1))
+
+
+def _chars(draw, text: str) -> str:
+    i = _spot(draw, len(text) + 1)
+    kind = draw(st.sampled_from(["delete", "insert", "replace"]))
+    new = draw(st.text(alphabet=_ALPHABET, min_size=1, max_size=4))
+    cut = draw(st.integers(1, 6)) if kind != "insert" else 0
+    return text[:i] + ("" if kind == "delete" else new) + text[i + cut:]
+
+
+def _tokens(draw, text: str) -> str:
+    toks = _TOKEN.findall(text)
+    i, j = _spot(draw, len(toks)), _spot(draw, len(toks))
+    kind = draw(st.sampled_from(["delete", "duplicate", "replace", "swap", "copy"]))
+    if kind == "delete":
+        toks[i] = ""
+    elif kind == "duplicate":
+        toks[i] = toks[i] * 2
+    elif kind == "replace":
+        toks[i] = draw(st.sampled_from(_VOCABULARY))
+    elif kind == "swap":
+        toks[i], toks[j] = toks[j], toks[i]
+    else:
+        toks[i] = toks[j]
+    return "".join(toks)
+
+
+def _lines(draw, text: str) -> str:
+    lines = text.split("\n")
+    i, j = _spot(draw, len(lines)), _spot(draw, len(lines))
+    kind = draw(st.sampled_from(["drop", "duplicate", "swap", "move"]))
+    if kind == "drop":
+        del lines[i]
+    elif kind == "duplicate":
+        lines.insert(j, lines[i])
+    elif kind == "swap":
+        lines[i], lines[j] = lines[j], lines[i]
+    else:
+        lines.insert(j, lines.pop(i))
+    return "\n".join(lines)
+
+
+def _names(draw, text: str) -> str:
+    names = sorted(set(re.findall(r"[A-Za-z_]\w*", text)))
+    a, b = draw(st.sampled_from(names)), draw(st.sampled_from(names + _VOCABULARY[:45]))
+    if draw(st.booleans()):  # rename every a to b
+        return re.sub(rf"\b{re.escape(a)}\b", b, text)
+    return re.sub(rf"\b({re.escape(a)}|{re.escape(b)})\b", lambda m: b if m.group() == a else a, text)  # swap
+
+
+_MUTATIONS = [_chars, _tokens, _tokens, _tokens, _lines, _lines, _names, _names]
+
+
+@st.composite
+def mutants(draw) -> str:
+    text = draw(st.sampled_from(SEEDS))
+    for _ in range(draw(st.integers(1, 3))):
+        text = draw(st.sampled_from(_MUTATIONS))(draw, text)
+    return text
+
+
+# ---------------------------------------------------------------- the property
+class Hang(Exception):
+    """The front end or lowering ran far past any reasonable time."""
+
+
+@contextlib.contextmanager
+def _hard_limit(seconds: int):
+    def _raise(signum, frame):
+        raise Hang(f"still running after {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, _raise)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def compile_front_end(text: str, formulation: str) -> None:
+    """What `pdsl show` does before printing: parse, resolve and lower every model."""
+    for model in load_models("fuzz.phm", text=text):
+        lower(model, formulation)
+
+
+def _check_diagnostics(err: PdslError, text: str) -> None:
+    assert err.diagnostics
+    render(err.diagnostics)  # never crashes
+    n_lines = max(len(text.splitlines()), 1)
+    for d in err.diagnostics:
+        assert re.fullmatch(r"[A-Z][A-Za-z]+", d.code), d.code
+        assert d.message and d.message[0] != " "
+        if d.span is not None and d.span.path == "fuzz.phm":
+            assert 1 <= d.span.line <= n_lines + 1 and d.span.col >= 1, (d, text)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _warm_up():
+    """Lower each seed once, so first-call costs (imports, caches) do not count against the deadline."""
+    for seed in SEEDS:
+        with contextlib.suppress(PdslError):
+            compile_front_end(seed, "hamiltonian")
+
+
+_EXAMPLES = int(os.environ.get("PDSL_FUZZ_EXAMPLES", "200"))
+
+
+@settings(
+    max_examples=_EXAMPLES,
+    deadline=timedelta(milliseconds=3000),
+    derandomize="PDSL_FUZZ_EXAMPLES" not in os.environ,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    database=None,
+)
+@given(text=mutants(), formulation=st.sampled_from(["hamiltonian", "lagrangian"]))
+def test_mutated_models_fail_only_with_located_pdsl_errors(text, formulation):
+    with _hard_limit(30):
+        try:
+            compile_front_end(text, formulation)
+        except PdslError as err:
+            _check_diagnostics(err, text)
+
+
+@pytest.mark.parametrize("seed", SEEDS, ids=[re.match(r"model (\w+)", s).group(1) for s in SEEDS])
+def test_seeds_are_valid(seed):
+    models = load_models("seed.phm", text=seed)
+    assert len(models) == 1
