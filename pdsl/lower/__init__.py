@@ -49,10 +49,6 @@ def lower(model: Model, formulation: str = "hamiltonian") -> SymbolicSystem:
         return generalized.lower_hamiltonian(model)
     if kind == "plain":
         return plain.lower_plain(model)
-    raise PdslError.at(
-        "NotYetSupported",
-        "models with port-Hamiltonian elements (flow_store, junction, ...) parse and resolve, "
-        "but their lowering is not implemented yet",
-        model.elements[0].span,
-        "`pdsl check` validates such a model; `show` and `simulate` need the lowering",
-    )
+    from .port_hamiltonian import lower_port_hamiltonian
+
+    return lower_port_hamiltonian(model)

@@ -61,6 +61,8 @@ class BodyRef(Ref):
     nodes: tuple  # tuple of position tuples; nodes[0] = centre
     node_names: tuple
     space: int
+    owner: str | None = None  # for an axis point such as ``r.a1``: the rigid body it belongs to
+    local: tuple | None = None  # and its body-fixed coordinates
     kind = "body"
 
     @property
@@ -73,7 +75,15 @@ class BodyRef(Ref):
         return sp.ImmutableMatrix(self.nodes[0])
 
     def point(self, span: Span) -> PointRef:
-        return PointRef(body=self.name, local=None, position=self.as_value(), text=self.text, span=span)
+        body = self.owner or self.name
+        return PointRef(body=body, local=self.local, position=self.as_value(), text=self.text, span=span)
+
+    def axis_point(self, k: int) -> "BodyRef":
+        """``r.a1``: the k-th principal-axis point, at body coordinates e_k (BENCHMARKS A2.4)."""
+        local = tuple(sp.Integer(1 if j == k else 0) for j in range(1, len(self.nodes)))
+        return BodyRef(
+            f"{self.name}.{self.node_names[k]}", (self.nodes[k],), (self.node_names[k],), self.space, owner=self.name, local=local
+        )
 
     def at(self, local, span: Span) -> PointRef:
         """World position of a body-fixed point: X c~ with c~ = [1 - sum c, c] (BENCHMARKS A2.4)."""
@@ -114,6 +124,7 @@ class NeuralRef(Ref):
 class ElementRef(Ref):
     name: str
     element_kind: str
+    ports: tuple[str, ...] = ()  # the two ports of a transformer or gyrator
     kind = "element"
 
 
@@ -361,8 +372,7 @@ class Evaluator:
                 if e.name == "pos":
                     return base.as_value()
                 if e.name in base.node_names[1:]:
-                    k = base.node_names.index(e.name)
-                    return BodyRef(f"{base.name}.{e.name}", (base.nodes[k],), (e.name,), base.space)
+                    return base.axis_point(base.node_names.index(e.name))
                 if e.name == "nodes":
                     return sp.ImmutableMatrix([c for node in base.nodes for c in node])
             raise PdslError.at(

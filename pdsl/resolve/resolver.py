@@ -7,6 +7,7 @@ statement and raised together.
 
 from __future__ import annotations
 
+import difflib
 import itertools
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping
@@ -17,6 +18,7 @@ from .. import symbols as S
 from ..diagnostics import Collector, PdslError, Span
 from ..parse import ast as A
 from . import model as M
+from .port_hamiltonian import resolve_ph
 from .expressions import (
     ArrayRef,
     BodyRef,
@@ -467,21 +469,13 @@ class _Resolver:
 
     def _declare_elements(self, body) -> None:
         for stmt in body:
-            names: list[tuple[str, str, Span]] = []
             if isinstance(stmt, A.StoreStmt | A.ResistiveStmt | A.SourceStmt | A.TwoPortStmt):
-                names.append((stmt.name, stmt.kind if hasattr(stmt, "kind") else "resistive", stmt.span))
+                ports = (stmt.port_a, stmt.port_b) if isinstance(stmt, A.TwoPortStmt) else ()
+                self._guard(self._bind, stmt.name, "element", stmt.span, ElementRef(stmt.name, _element_kind(stmt), ports))
             elif isinstance(stmt, A.JunctionStmt) and stmt.name:
-                names.append((stmt.name, "junction", stmt.span))
-            for name, kind, span in names:
-                try:
-                    self._bind(name, "element", span, ElementRef(name, kind))
-                except PdslError as err:
-                    self.diags.extend(err)
+                self._guard(self._bind, stmt.name, "element", stmt.span, ElementRef(stmt.name, "junction"))
             if isinstance(stmt, A.StoreStmt):
-                try:
-                    self._bind(stmt.state, "var", stmt.span, S.sym(stmt.state))
-                except PdslError as err:
-                    self.diags.extend(err)
+                self._guard(self._bind, stmt.state, "var", stmt.span, S.sym(stmt.state))
 
     # ================================================================== deferred values
     def _finish_decls(self, _stmt, out) -> None:
@@ -748,21 +742,73 @@ class _Resolver:
     def _force(self, stmt: A.ForceStmt, bind, out) -> None:
         ev = self._ev(bind)
         target = ev.eval(stmt.target)
-        coords = {d.value for d in self.names.values() if d.kind == "coord" and isinstance(d.value, sp.Symbol)}
-        coords |= {x for d in self.names.values() if d.kind == "coord" and isinstance(d.value, ArrayRef) for x in d.value.items}
-        if isinstance(target, sp.Symbol) and target in coords:
+        if isinstance(target, sp.Symbol) and target in self._coordinates():
             q = ev.scalar(stmt.force, "a generalized force")
             out["generalized_forces"].append(M.GeneralizedForce(coord=target, force=q, span=stmt.span))
             return
+        if not isinstance(target, BodyRef | M.PointRef):
+            raise PdslError.at(
+                "TypeMismatch",
+                "a force acts on a coordinate (`force Q on q`) or on a point (a body, `ground.at(...)`, `body.at(...)`)",
+                stmt.target.span,
+            )
         f = ev.number(stmt.force)
         if not (isinstance(f, sp.MatrixBase) and f.shape == (self.space, 1)):
-            raise PdslError.at("TypeMismatch", f"a force is a vector of length {self.space}", stmt.force.span)
-        at = self._point(ev.eval(stmt.target), stmt.target.span)
-        out["forces"].append(M.Force(force=f, at=at, span=stmt.span))
+            raise PdslError.at("TypeMismatch", f"a force on a point is a vector of length {self.space}", stmt.force.span)
+        out["forces"].append(M.Force(force=f, at=self._point(target, stmt.target.span), span=stmt.span))
+
+    def _coordinates(self) -> set:
+        coords = {d.value for d in self.names.values() if d.kind == "coord" and isinstance(d.value, sp.Symbol)}
+        coords |= {x for d in self.names.values() if d.kind == "coord" and isinstance(d.value, ArrayRef) for x in d.value.items}
+        return coords
 
     def _ph_element(self, stmt, bind, out) -> None:
-        """p-H statements are resolved by the port-Hamiltonian lowering; keep them located."""
-        out["elements"].append(M.Element(kind=type(stmt).__name__, name=getattr(stmt, "name", None), data={"ast": stmt, "bind": bind}, span=stmt.span))
+        """p-H statements are lowered by the port-Hamiltonian lowering; here their names are checked."""
+        ev = self._ev(bind)
+        if isinstance(stmt, A.StoreStmt):
+            ev.scalar(stmt.energy, f"the energy of `{stmt.name}`")
+        elif isinstance(stmt, A.SourceStmt):
+            ev.scalar(stmt.value, f"the value of source `{stmt.name}`")
+        elif isinstance(stmt, A.ResistiveStmt | A.TwoPortStmt):
+            ports = ("",) if isinstance(stmt, A.ResistiveStmt) else ("_" + stmt.port_a, "_" + stmt.port_b)
+            local = ev.with_names({f"{v}{port}": S.sym(f"{v}{port}") for port in ports for v in "ef"})
+            _pairs(local.number(stmt.lhs), local.number(stmt.rhs), stmt.span)
+        elif isinstance(stmt, A.JunctionStmt):
+            self._check_junction(stmt, ev)
+        elif isinstance(stmt, A.StructureStmt):
+            for kw in stmt.kwargs:
+                ev.number(kw.value)
+        out["elements"].append(resolve_ph(stmt, ev))
+
+    def _check_junction(self, stmt: A.JunctionStmt, ev: Evaluator) -> None:
+        if stmt.kind not in _JUNCTION_KINDS:
+            close = difflib.get_close_matches(stmt.kind, _JUNCTION_KINDS, n=1)
+            hint = f"did you mean `{close[0]}`?" if close else "common_effort (0-junction) or common_flow (1-junction)"
+            raise PdslError.at("UnknownJunctionKind", f"unknown junction kind `{stmt.kind}`", stmt.kind_span, hint)
+        for member in stmt.members:
+            port = member.operand if isinstance(member, A.Neg) else member
+            base = port.base if isinstance(port, A.Attr) else port
+            target = ev.eval(base) if isinstance(base, A.Name) else None
+            if not isinstance(target, ElementRef) or target.name == stmt.name:
+                raise PdslError.at(
+                    "TypeMismatch",
+                    "a junction joins elements, other junctions or two-port ports (`tr.a`), optionally with a `-` sign",
+                    member.span,
+                )
+            if isinstance(port, A.Attr) and port.name not in target.ports:
+                ports = ", ".join(f"`{target.name}.{p}`" for p in target.ports) or "none"
+                raise PdslError.at("UnknownName", f"`{target.name}` has no port `{port.name}`", port.span, f"its ports: {ports}")
+            if target.ports and not isinstance(port, A.Attr):
+                raise PdslError.at(
+                    "TypeMismatch", f"`{target.name}` is a two-port: name the port, as `{target.name}.{target.ports[0]}`", member.span
+                )
+
+
+_JUNCTION_KINDS = ("common_effort", "common_flow")
+
+
+def _element_kind(stmt) -> str:
+    return "resistive" if isinstance(stmt, A.ResistiveStmt) else stmt.kind
 
 
 _NOT_YET_SUPPORTED_NAMES = {

@@ -1,0 +1,106 @@
+"""Resolution of port-Hamiltonian statements into :class:`Element` records (sympy data).
+
+Port variables are symbols named ``elem.e`` / ``elem.f`` (one-ports) and
+``tp.a.e`` / ``tp.a.f`` (two-port ports); inside a relation they are written
+``e``, ``f`` or ``e_a``, ``f_a``, ``e_b``, ``f_b``.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from .. import symbols as S
+from ..diagnostics import PdslError
+from ..parse import ast as A
+from .expressions import Evaluator
+from .model import Element
+
+__all__ = ["resolve_ph", "port_symbols", "JUNCTION_KINDS"]
+
+JUNCTION_KINDS = ("common_effort", "common_flow")
+
+
+def port_symbols(port: str) -> tuple[sp.Symbol, sp.Symbol]:
+    """(effort, flow) symbols of a port named ``elem`` or ``tp.a``."""
+    return S.sym(f"{port}.e"), S.sym(f"{port}.f")
+
+
+def _flags(attrs, allowed: set[str]) -> set[str]:
+    out = set()
+    for a in attrs:
+        if a.name not in allowed or a.value is not None:
+            raise PdslError.at("UnknownAttribute", f"`{a.name}` is not a flag here", a.span, "flags: " + ", ".join(sorted(allowed)))
+        out.add(a.name)
+    return out
+
+
+def resolve_ph(stmt: A.Stmt, ev: Evaluator) -> Element:
+    """One p-H statement -> Element (kind, name, data)."""
+    if isinstance(stmt, A.StoreStmt):
+        energy = ev.scalar(stmt.energy, f"the energy of `{stmt.name}`")
+        state = S.sym(stmt.state)
+        if state not in energy.free_symbols:
+            raise PdslError.at("BadElement", f"the energy of `{stmt.name}` does not depend on its state `{stmt.state}`", stmt.energy.span)
+        return Element(kind="store", name=stmt.name, span=stmt.span,
+                       data={"kind": stmt.kind.split("_")[0], "state": state, "energy": energy})
+    if isinstance(stmt, A.ResistiveStmt):
+        e, f = port_symbols(stmt.name)
+        local = ev.with_names({"e": e, "f": f})
+        relation = local.scalar(stmt.lhs, "a relation") - local.scalar(stmt.rhs, "a relation")
+        if not relation.free_symbols & {e, f}:
+            raise PdslError.at("BadElement", f"the relation of `{stmt.name}` does not involve its port (e, f)", stmt.span)
+        flags = _flags(stmt.attrs, {"dissipative"})
+        return Element(kind="resistive", name=stmt.name, span=stmt.span,
+                       data={"relation": relation, "e": e, "f": f, "dissipative": "dissipative" in flags})
+    if isinstance(stmt, A.SourceStmt):
+        value = ev.scalar(stmt.value, f"the value of source `{stmt.name}`")
+        return Element(kind="source", name=stmt.name, span=stmt.span,
+                       data={"kind": stmt.kind.split("_")[0], "value": value})
+    if isinstance(stmt, A.TwoPortStmt):
+        if stmt.port_a == stmt.port_b:
+            raise PdslError.at("DuplicateDefinition", f"the two ports of `{stmt.name}` have the same name", stmt.span)
+        ea, fa = port_symbols(f"{stmt.name}.{stmt.port_a}")
+        eb, fb = port_symbols(f"{stmt.name}.{stmt.port_b}")
+        local = ev.with_names({"e_a": ea, "f_a": fa, "e_b": eb, "f_b": fb})
+        relation = local.scalar(stmt.lhs, "a relation") - local.scalar(stmt.rhs, "a relation")
+        _flags(stmt.attrs, set())
+        return Element(kind="twoport", name=stmt.name, span=stmt.span, data={
+            "kind": stmt.kind, "ports": (stmt.port_a, stmt.port_b), "relation": relation,
+            "e_a": ea, "f_a": fa, "e_b": eb, "f_b": fb,
+        })
+    if isinstance(stmt, A.JunctionStmt):
+        if stmt.kind not in JUNCTION_KINDS:
+            raise PdslError.at("UnknownJunction", f"unknown junction kind `{stmt.kind}`", stmt.kind_span,
+                               "common_effort (0-junction) or common_flow (1-junction)")
+        members = tuple(_member(m) for m in stmt.members)
+        if len(members) < 2:
+            raise PdslError.at("BadJunction", "a junction connects at least two ports", stmt.span)
+        return Element(kind="junction", name=stmt.name, span=stmt.span, data={"kind": stmt.kind, "members": members})
+    if isinstance(stmt, A.StructureStmt):
+        if stmt.args:
+            raise PdslError.at("WrongArity", "structure takes named matrices: J = ..., R = ..., B = ...", stmt.args[0].span)
+        data = {}
+        for kw in stmt.kwargs:
+            if kw.name not in ("J", "R", "B"):
+                raise PdslError.at("UnknownArgument", f"`structure` has no matrix `{kw.name}`", kw.span, "J, R, B")
+            v = ev.number(kw.value)
+            if not isinstance(v, sp.MatrixBase):
+                v = sp.ImmutableMatrix([[v]])
+            data[kw.name] = (v, kw.value.span)
+        if "J" not in data:
+            raise PdslError.at("MissingArgument", "`structure` needs at least J", stmt.span)
+        return Element(kind="structure", name=None, span=stmt.span, data=data)
+    raise AssertionError(type(stmt))
+
+
+def _member(m: A.Expr) -> tuple[int, str, object]:
+    """A junction member: ``name``, ``tp.a``, optionally negated -> (sign, port, span)."""
+    sign = 1
+    if isinstance(m, A.Neg):
+        sign, m = -1, m.operand
+    if isinstance(m, A.Name):
+        return sign, m.id, m.span
+    if isinstance(m, A.Attr) and isinstance(m.base, A.Name):
+        return sign, f"{m.base.id}.{m.name}", m.span
+    raise PdslError.at("BadJunction", "a junction member is an element, a two-port port (`tr.a`) or a named junction, "
+                       "optionally with a minus sign", m.span)
