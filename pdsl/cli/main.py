@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--formulation", default="hamiltonian", help="hamiltonian|lagrangian (Cartesian mechanics)")
     p.add_argument("--raw", action="store_true", help="print equations as derived, without simplifying them for display")
     p.add_argument("--plot-structure", metavar="OUT.png", help="draw the bodies and their links/joints at the initial state")
+    p.add_argument("--power", action="store_true", help="port-Hamiltonian models: the power balance dH/dt = supplied − dissipated")
 
     p = sub.add_parser("simulate", help="integrate a model and write a CSV (and a plot)")
     _common(p)
@@ -65,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--formulation", default="hamiltonian", help="hamiltonian|lagrangian (Cartesian mechanics)")
     p.add_argument("-o", "--output", required=True, metavar="OUT.csv")
     p.add_argument("--plot", metavar="OUT.png", help="plot every state against time")
+    p.add_argument("--power", action="store_true",
+                   help="port-Hamiltonian models: add columns H and the power e·f of every element port")
 
     p = sub.add_parser("compile", help="write the model's numerical code: CasADi files, C, or numpy")
     _common(p)
@@ -120,6 +123,8 @@ def cmd_show(args) -> int:
     m = select_model(load_models(args.file, consts=_consts(args.const)), args.model, args.file)
     system = lower(m, args.formulation)
     sys.stdout.write(render_system(system, args.format, simplify=not args.raw, model=m))
+    if args.power:
+        _show_power(m, system)
     if args.plot_structure:
         from ..backend.functions import to_casadi
         from ..sim.structure import plot_structure
@@ -127,6 +132,35 @@ def cmd_show(args) -> int:
         _write(lambda: plot_structure(m, to_casadi(system), args.plot_structure), args.plot_structure)
         print(f"structure plot -> {args.plot_structure}")
     return EXIT_OK
+
+
+def _with_power_outputs(model, system):
+    """Append H and each port's power e·f as outputs (so they become CSV columns)."""
+    from dataclasses import replace
+
+    from ..lower.port_hamiltonian import port_powers
+    from ..resolve.model import Output
+
+    if not system.formalism.startswith("port-hamiltonian") or system.formalism.endswith("iso"):
+        raise PdslError.at("BadOption", "--power applies to port-Hamiltonian networks", model.span)
+    extra = [Output(name="H", expr=system.energy, span=system.span)]
+    extra += [Output(name=f"power({pp.port})", expr=pp.power, span=pp.span) for pp in port_powers(model, system)]
+    return replace(system, outputs=system.outputs + tuple(extra))
+
+
+def _show_power(model, system) -> None:
+    from ..lower.port_hamiltonian import power_balance
+
+    if not system.formalism.startswith("port-hamiltonian"):
+        raise PdslError.at("BadOption", "--power applies to port-Hamiltonian models", model.span)
+    pb = power_balance(model, system)
+    print("\nPower balance (dH/dt = supplied − dissipated):")
+    print(f"  dH/dt = {pb.dHdt}")
+    for role, port, power in pb.terms:
+        what = "supplied by" if role == "source" else "dissipated in"
+        print(f"  {what} {port}: {power if role == 'source' else -power}")
+    verdict = "holds identically" if pb.residual == 0 else f"FAILS: residual {pb.residual}"
+    print(f"  balance: {verdict}")
 
 
 def cmd_simulate(args) -> int:
@@ -141,7 +175,10 @@ def cmd_simulate(args) -> int:
         if v is not None and not (0 < v < 1):
             raise PdslError.at("BadOption", f"{opt} must be between 0 and 1, got {v}")
     m = select_model(load_models(args.file, consts=_consts(args.const)), args.model, args.file)
-    num = to_casadi(lower(m, args.formulation))
+    system = lower(m, args.formulation)
+    if args.power:
+        system = _with_power_outputs(m, system)
+    num = to_casadi(system)
     init = {}
     for item in args.init:
         name, value = parse_assignment(item, "--init")

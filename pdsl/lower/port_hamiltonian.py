@@ -32,7 +32,7 @@ from ..resolve.port_hamiltonian import port_symbols
 from .common import check_no_unsupported, make_state, resolve_input_laws
 from .ir import Algebraic, Equation, SymbolicSystem
 
-__all__ = ["lower_port_hamiltonian", "PortPower", "port_powers"]
+__all__ = ["lower_port_hamiltonian", "PortPower", "port_powers", "PowerBalance", "power_balance"]
 
 _FROZEN = dict(frozen=True, slots=True, kw_only=True)
 
@@ -397,3 +397,36 @@ def _system(model, states, rows, algebraics, alg_rows, energy, energy_span, form
         outputs=model.outputs, neural=model.neural, differential=rows, algebraic=alg_rows,
         energy=energy, energy_origin=energy_span, constraints=(), span=model.span,
     )
+
+
+@dataclass(**_FROZEN)
+class PowerBalance:
+    """dH/dt = supplied − dissipated, per element (C1), with its symbolic verification."""
+
+    dHdt: sp.Expr
+    terms: tuple[tuple[str, str, sp.Expr], ...]  # (role, port, power: + supplied / − dissipated / stored)
+    residual: sp.Expr  # dH/dt − (Σ supplied − Σ dissipated): zero when the network conserves power
+
+
+def power_balance(model: Model, system: SymbolicSystem) -> PowerBalance:
+    rates = {s.symbol: e.rhs for s, e in zip(system.states, system.differential)}
+    dHdt = sum((sp.diff(system.energy, x) * f for x, f in rates.items()), sp.Integer(0))
+    terms = []
+    if system.formalism == "port-hamiltonian-iso":
+        st = next(e for e in model.elements if e.kind == "structure")
+        x = [s.symbol for s in system.states]
+        grad = sp.Matrix([sp.diff(system.energy, xi) for xi in x])
+        R = st.data.get("R", (sp.zeros(len(x), len(x)), None))[0]
+        B = st.data.get("B", (sp.zeros(len(x), 0), None))[0]
+        u = sp.Matrix([v.symbol for v in model.inputs]) if model.inputs else sp.zeros(0, 1)
+        terms.append(("resistive", "R", -(grad.T * R * grad)[0, 0]))
+        if B.shape[1]:
+            terms.append(("source", "B", (grad.T * B * u)[0, 0]))
+    else:
+        for pp in port_powers(model, system):
+            if pp.role == "resistive":
+                terms.append(("resistive", pp.port, -pp.sign * pp.power))
+            elif pp.role == "source":
+                terms.append(("source", pp.port, -pp.sign * pp.power))
+    residual = sp.simplify(dHdt - sum((t[2] for t in terms), sp.Integer(0)))
+    return PowerBalance(dHdt=sp.simplify(dHdt), terms=tuple(terms), residual=residual)

@@ -491,11 +491,8 @@ class Evaluator:
         hi = int_value(self.eval(e.hi), e.hi.span, "a loop bound")
         if hi - lo > 100_000:
             raise PdslError.at("BadArrayBounds", f"the range {lo}..{hi} is too long", e.span)
-        total = None
-        for i in range(lo, hi + 1):
-            v = self.with_names({e.var: sp.Integer(i)}).number(e.body)
-            total = v if total is None else total + v
-        return total if total is not None else sp.Integer(0)
+        terms = [self.with_names({e.var: sp.Integer(i)}).number(e.body) for i in range(lo, hi + 1)]
+        return _add_all(terms, e.span)
 
 
 # Decimal exponents beyond this are outside double precision (and would take sympy forever).
@@ -556,6 +553,18 @@ def _decimal_exponent(a: sp.Expr, b: sp.Expr) -> float:
     if magnitude in (0.0, math.inf):
         return math.inf
     return float(sp.re(b.evalf(15))) * math.log10(magnitude)
+
+
+def _add_all(terms: list, span: Span):
+    """The sum of scalars (one sympy Add, not n pairwise ones) or of equal-shaped arrays."""
+    if not terms:
+        return sp.Integer(0)
+    if all(_is_scalar(t) for t in terms):
+        return sp.Add(*terms)
+    first = terms[0]
+    if not all(isinstance(t, sp.MatrixBase) and t.shape == first.shape for t in terms):
+        raise PdslError.at("TypeMismatch", "the terms of this sum do not all have the same shape", span)
+    return sp.ImmutableMatrix(first.shape[0], first.shape[1], lambda i, j: sp.Add(*(t[i, j] for t in terms)))
 
 
 def _describe(e: A.Expr) -> str:

@@ -109,6 +109,7 @@ class _Resolver:
     _bodies_pending: list = field(default_factory=list)
     declared: dict[str, str] = field(default_factory=dict)  # every name the model declares -> its kind
     composition: set[str] = field(default_factory=set)  # names made by `port` and `use` (not lowered yet)
+    _targets: set | None = None  # cache of _der_targets()
 
     # ================================================================== driver
     def run(self) -> M.Model:
@@ -219,6 +220,12 @@ class _Resolver:
         )
 
     def _der_targets(self) -> set:
+        """Every symbol ``der`` applies to (cached: it is asked once per ``der`` in the model)."""
+        if self._targets is None:
+            self._targets = self._collect_der_targets()
+        return self._targets
+
+    def _collect_der_targets(self) -> set:
         out = set()
         for d in self.names.values():
             if d.kind in ("var", "coord", "momentum"):
@@ -243,6 +250,7 @@ class _Resolver:
                 "every name in a model is declared once",
             )
         self.names[name] = _Decl(kind, span, value)
+        self._targets = None
 
     # ================================================================== loops
     def _expand(self, loops: tuple[A.Loop, ...]) -> list[dict]:
