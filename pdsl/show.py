@@ -139,8 +139,14 @@ def render_system(system: SymbolicSystem, fmt: str = "text", *, simplify: bool =
         h("Energy")
         out.append(_block(pr.expr(tidy(system.energy)), fmt, f"E = ", system.energy_origin))
     h("Equations" + (" (linear in the derivatives and multipliers; solved numerically)" if not system.is_explicit() else ""))
+    trivial = [eq for eq in system.differential if _is_rate_identity(eq)]
+    if trivial:
+        item(f"kinematics: the rates {', '.join(eq.rhs.name for eq in trivial)} are states themselves")
     for eq in system.differential:
-        out.append(_block(pr.eq(tidy(eq.lhs), tidy(eq.rhs)), fmt, "", eq.origin, eq.label))
+        if eq in trivial:
+            continue
+        lhs, rhs = _cancel_common(tidy(eq.lhs), tidy(eq.rhs)) if simplify else (eq.lhs, eq.rhs)
+        out.append(_block(pr.eq(lhs, rhs), fmt, "", eq.origin, eq.label))
     for eq in system.algebraic:
         out.append(_block(pr.eq(sp.Integer(0), tidy(eq.lhs - eq.rhs)), fmt, "", eq.origin, eq.label))
     if system.constraints:
@@ -148,6 +154,25 @@ def render_system(system: SymbolicSystem, fmt: str = "text", *, simplify: bool =
         for c in system.constraints:
             out.append(_block(pr.eq(tidy(c.residual), sp.Integer(0)), fmt, "", c.origin, c.label))
     return "\n".join(out).lstrip("\n") + "\n"
+
+
+def _cancel_common(lhs, rhs):
+    """Divide both sides by a common factor (for display): l·(…) = l·(…) -> … = …."""
+    if sp.count_ops(lhs) + sp.count_ops(rhs) > _DISPLAY_OPS_LIMIT or rhs == 0:
+        return lhs, rhs
+    try:
+        g = sp.gcd(sp.factor_terms(lhs), sp.factor_terms(rhs))
+    except (sp.PolynomialError, sp.polys.polyerrors.PolificationFailed, TypeError):
+        return lhs, rhs
+    if g in (0, 1, -1) or not g.free_symbols:
+        return lhs, rhs
+    return sp.simplify(lhs / g), sp.simplify(rhs / g)
+
+
+def _is_rate_identity(eq) -> bool:
+    """``der(q) = der(q)``: the rate of q is the state named der(q) (Lagrangian kinematics)."""
+    return isinstance(eq.rhs, sp.Symbol) and isinstance(eq.lhs, sp.Symbol) and eq.lhs.name.startswith("dt(") \
+        and rate_name(eq.lhs) == eq.rhs.name
 
 
 def _block(body: str, fmt: str, prefix: str, origin, label: str = "") -> str:
