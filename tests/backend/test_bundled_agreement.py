@@ -45,7 +45,7 @@ def evaluate(expr, env, memo):
         return hit
     if expr.is_Symbol:
         v = env[expr]
-    elif expr.is_Number:
+    elif expr.is_number:  # numbers and constants such as pi
         v = float(expr)
     elif expr.is_Add:
         v = sum(evaluate(a, env, memo) for a in expr.args)
@@ -82,8 +82,16 @@ def sympy_side(system, T, X, P, U):
         Am = np.stack([np.column_stack([ev(A[i, j]) for j in range(A.shape[1])]) for i in range(A.shape[0])], axis=1)
         bm = np.column_stack([ev(b[i]) for i in range(b.shape[0])])
         rhs = np.linalg.solve(Am, bm[:, :, None])[:, :nx, 0]
+        sympy_side.cond = np.linalg.cond(Am)
     energy = ev(system.energy) if system.energy is not None else None
     return rhs, energy
+
+
+def _tolerance(system, n):
+    """1e-12, times cond(A) for implicit systems: two correct solvers differ by about cond(A)·eps."""
+    if system.is_explicit():
+        return np.full(n, 1e-12)
+    return np.maximum(1e-12, 1e-15 * sympy_side.cond)
 
 
 def casadi_side(num, T, X, P, U):
@@ -115,8 +123,9 @@ def test_rhs_and_energy_agree(compiled):
     T, X, U = random_points(num, name, N_POINTS, seed=11)
     rhs_sym, e_sym = sympy_side(system, T, X, num.p_default, U)
     rhs_ca, e_ca = casadi_side(num, T, X, num.p_default, U)
-    err_rhs = max(_relerr(a, b) for a, b in zip(rhs_ca, rhs_sym))
-    assert err_rhs <= 1e-12, (name, err_rhs)
+    tol = _tolerance(system, N_POINTS)
+    errs = np.array([_relerr(a, b) for a, b in zip(rhs_ca, rhs_sym)])
+    assert np.all(errs <= tol), (name, errs.max(), tol[np.argmax(errs / tol)])
     if name == "cucker_smale":
         assert e_ca is None  # plain equations carry no energy
         return
@@ -134,4 +143,5 @@ def test_random_parameters_agree(compiled):
         T, X, U = random_points(num, name, 20, seed=100 + k)
         rhs_sym, _ = sympy_side(system, T, X, P, U)
         rhs_ca, _ = casadi_side(num, T, X, P, U)
-        assert max(_relerr(a, b) for a, b in zip(rhs_ca, rhs_sym)) <= 1e-12
+        tol = _tolerance(system, 20)
+        assert np.all(np.array([_relerr(a, b) for a, b in zip(rhs_ca, rhs_sym)]) <= tol)
