@@ -1,8 +1,21 @@
-"""`pdsl fit` and `pdsl evaluate`: argument parsers and command bodies (heavy imports inside)."""
+"""`pdsl fit` and `pdsl evaluate`: argument parsers and command bodies (heavy imports inside).
+
+Settings come from flags, then a ``--config`` TOML file, then defaults (see
+:mod:`pdsl.fit.config`); the work is done by :mod:`pdsl.fit.run` and :mod:`pdsl.fit.evaluate`.
+"""
 
 from __future__ import annotations
 
+import sys
+
 from ..diagnostics import PdslError
+
+# flag -> FitConfig field, for flags that override a setting
+_OVERRIDES = {
+    "data": "data", "method": "method", "epochs": "epochs", "batch": "batch", "chunk": "chunk", "stride": "stride",
+    "integrator": "integrator", "substeps": "substeps", "project": "project", "loss": "loss", "lr": "lr", "weight_decay": "weight_decay",
+    "seed": "seed", "val_fraction": "val_fraction", "threads": "threads", "formulation": "formulation", "tol": "tol",
+}
 
 
 def add_parsers(sub, common) -> None:
@@ -10,19 +23,119 @@ def add_parsers(sub, common) -> None:
     common(p)
     p.add_argument("--data", help="trajectory CSV (the format `simulate` writes; several trajectories via a traj column)")
     p.add_argument("--free", help="comma-separated parameters to fit (in addition to those marked {free})")
-    p.add_argument("--config", help="experiment file (TOML)")
-    p.add_argument("-o", "--output", help="output directory")
+    p.add_argument("--config", help="experiment file (TOML); flags override it")
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="output directory")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the output directory")
+    p.add_argument("--method", help="auto (default: gauss-newton without networks, else adamw) | gauss-newton | adamw")
+    p.add_argument("--epochs", type=int, help="epochs (default 50 for gauss-newton, 2000 for adamw)")
+    p.add_argument("--chunk", type=int, help="steps per training chunk (default 4)")
+    p.add_argument("--stride", type=int, help="samples between chunk starts (default: the chunk length)")
+    p.add_argument("--batch", type=int, help="chunks per minibatch (default 200)")
+    p.add_argument("--integrator", help="rk4 (default) | midpoint | gauss2 | euler")
+    p.add_argument("--substeps", type=int, help="integrator steps per data interval (default 1)")
+    p.add_argument("--project", type=int, metavar="STEPS",
+                   help="Newton steps projecting each chunk's first sample onto the constraints (default 0: none)")
+    p.add_argument("--loss", help="l1 (adamw default) | mse (gauss-newton)")
+    p.add_argument("--lr", type=float, help="AdamW learning rate (default 3e-3)")
+    p.add_argument("--weight-decay", type=float, help="AdamW weight decay on networks (default 1e-4)")
+    p.add_argument("--seed", type=int, help="seed of the validation split, minibatches and network init (default 0)")
+    p.add_argument("--val-fraction", type=float, help="fraction of trajectories held out for validation (default 0.2)")
+    p.add_argument("--observe", help="comma-separated columns the loss compares (default: all state and output columns)")
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="start value (free) or fixed value")
+    p.add_argument("--threads", type=int, help="threads for the batched chunk loss (default 1)")
+    p.add_argument("--tol", type=float, help="gauss-newton: relative cost decrease that counts as converged")
+    p.add_argument("--formulation", help="hamiltonian|lagrangian (Cartesian mechanics)")
+    p.add_argument("--stop-after", type=int, metavar="EPOCHS", help="stop after this many epochs in total; --resume continues")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
 
     p = sub.add_parser("evaluate", help="rollout metrics of a model on test trajectories")
     common(p)
     p.add_argument("--data", required=True, help="test trajectory CSV")
     p.add_argument("--params", help="fitted parameters (JSON written by `pdsl fit`)")
+    p.add_argument("--integrator", default=None, help="cvodes (default), cvodes-bdf, rk4, midpoint, gauss2, euler")
+    p.add_argument("--rtol", type=float, default=1e-9, help="relative tolerance of cvodes (default 1e-9)")
+    p.add_argument("--formulation", default="hamiltonian", help="hamiltonian|lagrangian (Cartesian mechanics)")
+    p.add_argument("--plot", metavar="OUT.png", help="plot the relative error of every trajectory against time")
+    p.add_argument("--json", metavar="OUT.json", help="write the summary as JSON")
+
+
+def _config(args):
+    from ..fit.config import FitConfig, load_toml
+    from ..sim.simulate import parse_assignment, parse_float
+
+    cfg = FitConfig(**(load_toml(args.config) if args.config else {}))
+    for flag, key in _OVERRIDES.items():
+        value = getattr(args, flag, None)
+        if value is not None:
+            setattr(cfg, key, value)
+    if args.free:
+        cfg.free = sorted(set(cfg.free) | {n.strip() for n in args.free.split(",") if n.strip()})
+    if args.observe:
+        cfg.observe = [n.strip() for n in args.observe.split(",") if n.strip()]
+    for item in args.param:
+        name, value = parse_assignment(item, "--param")
+        cfg.param[name] = parse_float(value, f"--param {name}")
+    return cfg
 
 
 def cmd_fit(args) -> int:
-    raise PdslError.at("NotYetSupported", "`pdsl fit` is not implemented yet")
+    from ..fit.run import run_fit
+    from .main import EXIT_OK, _consts
+
+    if args.stop_after is not None and args.stop_after < 1:
+        raise PdslError.at("BadOption", f"--stop-after must be a positive integer, got {args.stop_after}")
+    cfg = _config(args)
+    summary = run_fit(args.file, args.model, cfg, args.output, resume=args.resume, consts=_consts(args.const),
+                      stop_after=args.stop_after, progress=not args.quiet)
+    _print_summary(summary, args.output)
+    return EXIT_OK
+
+
+def _print_summary(summary: dict, out_dir: str) -> None:
+    h = summary["history"]
+    per_epoch = sum(h["seconds"]) / max(len(h["seconds"]), 1)
+    state = "converged" if summary["converged"] else ("done" if summary["finished"] else "stopped")
+    print(f"{summary['model']}: {state} after {summary['epochs']} epochs ({per_epoch:.3g} s per epoch)")
+    for name in summary["free"]:
+        se = summary["stderr"].get(name)
+        print(f"  {name} = {summary['params'][name]:.8g}" + (f" ± {se:.2g}" if se is not None else ""))
+    val = summary["val_loss"]
+    print(f"  loss: training {summary['train_loss']:.4e}, validation " + ("–" if val is None else f"{val:.4e}"))
+    if summary["finished"]:
+        print(f"  -> {out_dir}/ (params.json, report.md, ...)")
+    else:
+        print(f"  checkpoint -> {out_dir}/checkpoint.npz; continue with --resume")
 
 
 def cmd_evaluate(args) -> int:
-    raise PdslError.at("NotYetSupported", "`pdsl evaluate` is not implemented yet")
+    import json
+
+    from ..backend.functions import to_casadi
+    from ..data.csvio import atomic_path
+    from ..fit.data import load_dataset
+    from ..fit.evaluate import evaluate, format_table, plot_scores
+    from ..fit.run import apply_fitted
+    from ..lower import lower
+    from ..pipeline import load_models, select_model
+    from .main import EXIT_OK, _consts, _write
+
+    if not 0 < args.rtol < 1:
+        raise PdslError.at("BadOption", f"--rtol must be between 0 and 1, got {args.rtol}")
+    m = select_model(load_models(args.file, consts=_consts(args.const)), args.model, args.file)
+    num = to_casadi(lower(m, args.formulation))
+    if args.params:
+        num = apply_fitted(num, args.params)
+    data = load_dataset(args.data, num)
+    scores, summary = evaluate(num, data, integrator=args.integrator, rtol=args.rtol)
+    print(f"{m.name}: {len(scores)} trajectories of {args.data}, rollouts from each first sample")
+    print(format_table(summary))
+    if args.json:
+        def dump():
+            with atomic_path(args.json) as tmp:
+                tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        _write(dump, args.json)
+        print(f"  summary -> {args.json}")
+    if args.plot:
+        _write(lambda: plot_scores(args.plot, scores, f"{m.name}: bounded relative error"), args.plot)
+        print(f"  plot -> {args.plot}")
+    return EXIT_OK

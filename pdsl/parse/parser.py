@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import difflib
 import functools
-import re
 from importlib import resources
 from pathlib import Path
-from typing import Iterator
 
 from lark import Lark, Token, Tree, v_args
+from lark.exceptions import UnexpectedInput
 from lark.visitors import Transformer_NonRecursive
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from ..diagnostics import PdslError, Span, register_source
 from . import ast as A
+from .errors import syntax_error
 
 __all__ = ["parse_text", "parse_file", "parse_expression", "grammar_path"]
 
@@ -67,226 +65,9 @@ def _lark() -> Lark:
     )
 
 
-# Friendly names for terminals in "expected ..." messages.
-_TERMINAL_NAMES = {
-    "_NL": "end of line",
-    "$END": "end of file",
-    "NAME": "a name",
-    "NUMBER": "a number",
-    "STRING": "a string",
-    "LPAR": "`(`",
-    "RPAR": "`)`",
-    "LSQB": "`[`",
-    "RSQB": "`]`",
-    "LBRACE": "`{`",
-    "RBRACE": "`}`",
-    "COMMA": "`,`",
-    "EQUAL": "`=`",
-    "COLON": "`:`",
-    "DOT": "`.`",
-    "_DOTDOT": "`..`",
-    "PLUS": "`+`",
-    "MINUS": "`-`",
-    "STAR": "`*`",
-    "SLASH": "`/`",
-    "CIRCUMFLEX": "`^`",
-    "CONNECTOR": "a connector (link, joint, ...)",
-}
-_EXPRESSION_START = {"NAME", "NUMBER", "LPAR", "LSQB", "MINUS", "PLUS"}
-_OPERATORS = {"PLUS", "MINUS", "STAR", "SLASH", "CIRCUMFLEX"}
-
-# The words that begin a statement (for "did you mean" on a misspelled one).
-STATEMENT_KEYWORDS = (
-    "const", "param", "input", "output", "var", "coord", "momentum", "space", "nn", "body",
-    "link", "joint", "hinge", "spring", "damper", "gravity", "potential", "force", "lagrangian",
-    "hamiltonian", "constraint", "distribution", "group", "flow_store", "effort_store", "resistive",
-    "flow_source", "effort_source", "transformer", "gyrator", "junction", "structure", "port", "use",
-    "connect", "import", "end",
-)
-
 # Deepest expression nesting accepted (chains such as a + b + c count as one level).
 MAX_NESTING = 100
 _CHAINS = {"add": "sum", "sub": "sum", "mul": "product", "div": "product"}
-
-
-def _describe_expected(expected) -> str:
-    """A short, readable list of what the parser would have accepted."""
-    expected = set(expected)
-    names = []
-    if _EXPRESSION_START <= expected:
-        names.append("an expression")
-        expected -= _EXPRESSION_START
-    if len(expected & _OPERATORS) >= 3:
-        names.append("an operator")
-        expected -= _OPERATORS
-    for term in sorted(expected):
-        if term in _TERMINAL_NAMES:
-            names.append(_TERMINAL_NAMES[term])
-        elif term.isupper() and term.replace("_", "").isalpha():
-            names.append(f"`{term.lower()}`")
-    names = list(dict.fromkeys(names))
-    if len(names) > 8:
-        names = names[:8] + ["..."]
-    return ", ".join(names) or "something else"
-
-
-def _syntax_error(err: UnexpectedInput, path: str, text: str) -> PdslError:
-    """Translate a lark error into the most specific diagnostic the text allows."""
-    where = _error_position(err, text)
-    for explain in (_bracket_problem, _bad_number, _unknown_statement):
-        found = explain(text, where, path)
-        if found is not None:
-            return found
-    if isinstance(err, UnexpectedCharacters):
-        return _bad_character(err, path, text)
-    if isinstance(err, UnexpectedEOF) or err.token.type == "$END":
-        return _unexpected_end(text, where, path)
-    return _unexpected_token(err, path, text)
-
-
-def _error_position(err: UnexpectedInput, text: str) -> tuple[int, int]:
-    """(line, col) where lark gave up: the end of the text for an unexpected end of file,
-    column 0 of the next line for an unexpected end of line."""
-    if isinstance(err, UnexpectedEOF) or (isinstance(err, UnexpectedToken) and err.token.type == "$END"):
-        lines = text.splitlines() or [""]
-        return len(lines), len(lines[-1]) + 1
-    if isinstance(err, UnexpectedToken) and err.token.type == "_NL":
-        return err.token.line + 1, 0
-    return err.line, err.column
-
-
-def _bad_character(err: UnexpectedCharacters, path: str, text: str) -> PdslError:
-    ch = text[err.pos_in_stream] if err.pos_in_stream < len(text) else "?"
-    hint = None
-    if ch in "'\"":
-        hint = "strings are only allowed as model descriptions and import paths, in double quotes"
-    elif ch in "!&|<>;$@`\\%~?":
-        hint = "a .phm model is not a program: only arithmetic, names and the built-in functions are allowed"
-    return PdslError.at("BadCharacter", f"the character {ch!r} has no meaning in a model", Span.point(path, err.line, err.column), hint)
-
-
-def _unexpected_end(text: str, where: tuple[int, int], path: str) -> PdslError:
-    opened = _last_model_header(text)
-    what = f"model `{opened[0]}` (line {opened[1]})" if opened else "the model"
-    return PdslError.at(
-        "UnexpectedEnd",
-        f"the file ends before {what} is closed",
-        Span.point(path, *where),
-        "every `model Name` block must be closed by a line `end`",
-    )
-
-
-def _last_model_header(text: str) -> tuple[str, int] | None:
-    found = None
-    for number, line in enumerate(text.splitlines(), start=1):
-        m = re.match(r"\s*model\s+([A-Za-z_][A-Za-z0-9_]*)", line)
-        if m:
-            found = (m.group(1), number)
-    return found
-
-
-def _unexpected_token(err: UnexpectedToken, path: str, text: str) -> PdslError:
-    tok = err.token
-    line, col = tok.line, tok.column
-    if tok.type == "_NL":
-        shown, width = "end of line", 1
-        lines = text.splitlines()
-        if 1 <= line <= len(lines):  # point just past the end of the offending line
-            col = len(lines[line - 1]) + 1
-    else:
-        shown, width = f"`{tok.value}`", max(len(str(tok.value)), 1)
-    hint = f"expected {_describe_expected(err.accepts or err.expected)}"
-    if tok.type == "STRING":
-        hint = "strings are only allowed as model descriptions and import paths"
-    return PdslError.at("Syntax", f"unexpected {shown}", Span.point(path, line, col, width), hint)
-
-
-# ---------------------------------------------------------------- specific explanations
-_PAIRS = {"(": ")", "[": "]", "{": "}"}
-
-
-def _bracket_problem(text: str, where: tuple[int, int], path: str) -> PdslError | None:
-    """An unmatched closing bracket, or an opening one never closed, before the error."""
-    stack: list[tuple[str, int, int]] = []
-    for ch, line, col in _brackets(text):
-        if (line, col) > where:
-            break
-        if ch in _PAIRS:
-            stack.append((ch, line, col))
-        elif stack and _PAIRS[stack[-1][0]] == ch:
-            stack.pop()
-        else:
-            return _mismatched(ch, line, col, stack, path)
-    if stack and stack[-1][1] < where[0]:
-        ch, line, col = stack[-1]
-        return PdslError.at(
-            "UnbalancedBracket",
-            f"this `{ch}` is never closed",
-            Span.point(path, line, col),
-            f"add the missing `{_PAIRS[ch]}`; a line that ends inside brackets continues on the next one",
-        )
-    return None
-
-
-def _mismatched(ch: str, line: int, col: int, stack, path: str) -> PdslError:
-    if not stack:
-        return PdslError.at("UnbalancedBracket", f"this `{ch}` closes nothing", Span.point(path, line, col), "remove it, or add the opening bracket")
-    opener, oline, ocol = stack[-1]
-    return PdslError.at(
-        "UnbalancedBracket",
-        f"this `{ch}` does not match the `{opener}` opened at line {oline}, column {ocol}",
-        Span.point(path, line, col),
-        f"close `{opener}` with `{_PAIRS[opener]}`",
-    )
-
-
-def _brackets(text: str) -> Iterator[tuple[str, int, int]]:
-    """Every bracket outside comments and strings, with its 1-based line and column."""
-    for number, line in enumerate(text.splitlines(), start=1):
-        for m in re.finditer(r'"[^"\n]*"|#.*|[()\[\]{}]', line):
-            if m.group()[0] in "([{}])":
-                yield m.group(), number, m.start() + 1
-
-
-_WORD = re.compile(r"[A-Za-z0-9_.]+")
-_NUMBER = re.compile(r"(\d+\.\d+|\d+\.|\.\d+|\d+)([eE][+-]?\d+)?")
-
-
-def _bad_number(text: str, where: tuple[int, int], path: str) -> PdslError | None:
-    """``1.2.3``, ``1e``, ``2x``: a word that starts like a number but is not one."""
-    lines = text.splitlines()
-    if not 1 <= where[0] <= len(lines):
-        return None
-    line = lines[where[0] - 1]
-    for m in _WORD.finditer(line):
-        word = m.group()
-        if not m.start() < where[1] <= m.end() or ".." in word:
-            continue
-        if (word[0].isdigit() or (word[0] == "." and word[1:2].isdigit())) and not _NUMBER.fullmatch(word):
-            hint = "numbers look like 2, 0.5, 1e-3"
-            if re.fullmatch(r"\d+(\.\d*)?[A-Za-z_]\w*", word) and not re.fullmatch(r"\d+(\.\d*)?[eE]", word):
-                hint += f"; write a product with `*` ({_split_product(word)})"
-            return PdslError.at("BadNumber", f"`{word}` is not a number", Span.point(path, where[0], m.start() + 1, len(word)), hint)
-    return None
-
-
-def _split_product(word: str) -> str:
-    m = re.match(r"[\d.]+", word)
-    return f"{m.group()}*{word[m.end():]}"
-
-
-def _unknown_statement(text: str, where: tuple[int, int], path: str) -> PdslError | None:
-    """``parm k = 1``: a line whose first word is a name directly followed by another name."""
-    lines = text.splitlines()
-    if not 1 <= where[0] <= len(lines):
-        return None
-    m = re.match(r"(\s*)([A-Za-z_]\w*)[ \t]+([A-Za-z_]\w*)", lines[where[0] - 1])
-    if not m or m.start(3) + 1 != where[1] or m.group(2) in STATEMENT_KEYWORDS + ("model",):
-        return None
-    word = m.group(2)
-    close = difflib.get_close_matches(word, STATEMENT_KEYWORDS, n=1)
-    hint = f"did you mean `{close[0]}`?" if close else "a statement starts with a keyword (param, var, body, link, ...) or is an equation `lhs = rhs`"
-    return PdslError.at("UnknownStatement", f"`{word}` does not start a statement", Span.point(path, where[0], m.start(2) + 1, len(word)), hint)
 
 
 def _check_nesting(tree: Tree, path: str) -> None:
@@ -314,11 +95,12 @@ def _same_chain(parent: Tree, left: Tree) -> bool:
 
 def parse_text(text: str, path: str = "<string>") -> A.File:
     """Parse ``.phm`` source into an :class:`ast.File` (raises :class:`PdslError`)."""
+    text = text.removeprefix("\ufeff")  # a byte-order mark written by some editors
     register_source(path, text)
     try:
         tree = _lark().parse(text, start="start")
     except UnexpectedInput as err:
-        raise _syntax_error(err, path, text) from None
+        raise syntax_error(err, path, text) from None
     _check_nesting(tree, path)
     return _ToAst(path).transform(tree)
 
@@ -329,7 +111,7 @@ def parse_expression(text: str, origin: str = "<command line>") -> A.Expr:
     try:
         tree = _lark().parse(text, start="expr_only")
     except UnexpectedInput as err:
-        raise _syntax_error(err, origin, text) from None
+        raise syntax_error(err, origin, text) from None
     _check_nesting(tree, origin)
     return _ToAst(origin).transform(tree)
 

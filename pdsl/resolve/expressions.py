@@ -17,7 +17,6 @@ import re
 
 import sympy as sp
 
-from .. import symbols as S
 from ..diagnostics import PdslError, Span
 from ..parse import ast as A
 from .model import PointRef
@@ -309,9 +308,13 @@ class Evaluator:
     def _BinOp(self, e: A.BinOp):
         """Left-to-right over a chain ``a + b - c`` without recursing once per operator."""
         start, steps = _left_chain(e)
-        value = self.number(start)
-        for node in steps:
-            value = self._apply(node, value, self.number(node.right))
+        operands = [self.number(start)] + [self.number(node.right) for node in steps]
+        if steps[0].op in "+-" and all(_is_scalar(v) for v in operands):
+            # one Add of n terms: pairwise additions would cost O(n^2) on long sums
+            return sp.Add(operands[0], *(v if node.op == "+" else -v for node, v in zip(steps, operands[1:])))
+        value = operands[0]
+        for node, v in zip(steps, operands[1:]):
+            value = self._apply(node, value, v)
         return value
 
     def _apply(self, e: A.BinOp, a, b):

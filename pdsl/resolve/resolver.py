@@ -18,7 +18,7 @@ from .. import symbols as S
 from ..diagnostics import Collector, PdslError, Span
 from ..parse import ast as A
 from . import model as M
-from .port_hamiltonian import resolve_ph
+from .port_hamiltonian import JUNCTION_KINDS, resolve_ph
 from .expressions import (
     ArrayRef,
     BodyRef,
@@ -270,8 +270,13 @@ class _Resolver:
             return
         head, rest = loops[0], loops[1:]
         scope = self._const_scope(base)
-        if head.var in self.names or head.var in self.consts or head.var in _RESERVED:
-            raise PdslError.at("DuplicateDefinition", f"loop variable `{head.var}` shadows a declared name", head.span)
+        if head.var in base:
+            raise PdslError.at("DuplicateDefinition", f"the loop variable `{head.var}` appears twice in this `for` clause", head.span)
+        if head.var in self.declared or head.var in self.consts or head.var in _RESERVED:
+            raise PdslError.at(
+                "DuplicateDefinition", f"the loop variable `{head.var}` is already a name in this model", head.span,
+                "choose an index name that the model does not use, such as `i` or `j`",
+            )
         lo = int_value(Evaluator(scope).eval(head.lo), head.lo.span, "a loop bound")
         hi = int_value(Evaluator(scope).eval(head.hi), head.hi.span, "a loop bound")
         if hi - lo + 1 > MAX_ARRAY:
@@ -567,8 +572,10 @@ class _Resolver:
         v = ev.eval(d.value)
         v = as_number(v, d.value.span)
         if isinstance(v, sp.MatrixBase):
-            if v.shape[1] != 1 or d.range is None:
+            if d.range is None:
                 raise PdslError.at("TypeMismatch", f"`{d.name}` is a scalar but its value is an array", d.value.span)
+            if v.shape[1] != 1:
+                raise PdslError.at("TypeMismatch", f"`{d.name}` is a 1-D array but its value is a {_shape_text(v)} matrix", d.value.span)
             if v.shape[0] != n:
                 raise PdslError.at(
                     "WrongArity", f"`{d.name}` has {n} elements but {v.shape[0]} values are given", d.value.span,
@@ -579,48 +586,59 @@ class _Resolver:
         return [x] * n
 
     def _finish_body(self, stmt: A.BodyStmt, indices, refs, out) -> None:
+        kw = self._body_arguments(stmt)
+        defaults = {p.symbol: sp.Float(p.default) for p in out["params"]}  # params are finished first
+        for i, ref in zip(indices, refs):
+            ev = self._ev({"i": sp.Integer(i)} if i is not None else {}, allow_der=False)
+            mass = ev.scalar(kw["mass"].value, "the mass")
+            _check_positive(mass, defaults, f"the mass of `{ref.name}`", kw["mass"].value.span)
+            moments: tuple = ()
+            if stmt.kind == "rigid":
+                moments = self._moments(kw, ev, mass, len(ref.nodes) - 1)
+                key = "moments" if "moments" in kw else "inertia"
+                for k, m in enumerate(moments, start=1):
+                    _check_positive(m, defaults, f"the principal moment λ{k} of `{ref.name}`", kw[key].value.span, _MOMENT_HINTS[key])
+            out["bodies"].append(
+                M.Body(
+                    name=ref.name, kind=stmt.kind, dim=len(ref.nodes) - 1, mass=mass, moments=moments, nodes=ref.nodes,
+                    node_names=ref.node_names, span=stmt.span,
+                )
+            )
+
+    def _body_arguments(self, stmt: A.BodyStmt) -> dict[str, A.KwArg]:
+        """The keyword arguments of ``point(...)`` / ``rigid(...)``, checked for names and completeness."""
         allowed = {"point": {"mass"}, "rigid": {"dim", "mass", "moments", "inertia"}}[stmt.kind]
-        seen = set()
-        for kw in stmt.kwargs:
-            if kw.name not in allowed:
-                raise PdslError.at("UnknownArgument", f"`{stmt.kind}` has no argument `{kw.name}`", kw.span, "arguments: " + ", ".join(sorted(allowed)))
-            if kw.name in seen:
-                raise PdslError.at("DuplicateDefinition", f"`{kw.name}` is given twice", kw.span)
-            seen.add(kw.name)
+        kw: dict[str, A.KwArg] = {}
+        for k in stmt.kwargs:
+            if k.name not in allowed:
+                raise PdslError.at("UnknownArgument", f"`{stmt.kind}` has no argument `{k.name}`", k.span, "arguments: " + ", ".join(sorted(allowed)))
+            if k.name in kw:
+                raise PdslError.at("DuplicateDefinition", f"`{k.name}` is given twice", k.span)
+            kw[k.name] = k
         if stmt.args:
             raise PdslError.at("WrongArity", f"`{stmt.kind}` takes keyword arguments only (mass = ...)", stmt.args[0].span)
-        kw = {k.name: k for k in stmt.kwargs}
         if "mass" not in kw:
             raise PdslError.at("MissingArgument", f"body `{stmt.name}` needs a `mass`", stmt.kind_span)
         if stmt.kind == "rigid" and ("moments" in kw) == ("inertia" in kw):
             raise PdslError.at(
                 "MissingArgument", f"rigid body `{stmt.name}` needs exactly one of `moments` or `inertia`", stmt.kind_span
             )
-        for i, ref in zip(indices, refs):
-            bind = {"i": sp.Integer(i)} if i is not None else {}
-            ev = self._ev(bind, allow_der=False)
-            mass = ev.scalar(kw["mass"].value, "the mass")
-            moments: tuple = ()
-            dim = len(ref.nodes) - 1
-            if stmt.kind == "rigid":
-                key = "moments" if "moments" in kw else "inertia"
-                vec = ev.number(kw[key].value)
-                vals = list(vec) if isinstance(vec, sp.MatrixBase) else [vec]
-                if len(vals) != dim:
-                    raise PdslError.at("WrongArity", f"`{key}` of a dim = {dim} body needs {dim} values, got {len(vals)}", kw[key].value.span)
-                if key == "inertia":
-                    if dim != 3:
-                        raise PdslError.at("BadArgument", "`inertia` is defined for dim = 3 bodies; give `moments` otherwise", kw[key].span)
-                    # lambda_i = (I_j + I_k - I_i) / (2 m)   (BENCHMARKS A2.1)
-                    I1, I2, I3 = vals
-                    vals = [(I2 + I3 - I1) / (2 * mass), (I1 + I3 - I2) / (2 * mass), (I1 + I2 - I3) / (2 * mass)]
-                moments = tuple(vals)
-            out["bodies"].append(
-                M.Body(
-                    name=ref.name, kind=stmt.kind, dim=dim, mass=mass, moments=moments, nodes=ref.nodes,
-                    node_names=ref.node_names, span=stmt.span,
-                )
-            )
+        return kw
+
+    def _moments(self, kw: Mapping[str, A.KwArg], ev: Evaluator, mass, dim: int) -> tuple:
+        """λ_i, the eigenvalues of the mass covariance, from `moments` or from principal `inertia`."""
+        key = "moments" if "moments" in kw else "inertia"
+        vec = ev.number(kw[key].value)
+        vals = list(vec) if isinstance(vec, sp.MatrixBase) else [vec]
+        if len(vals) != dim:
+            raise PdslError.at("WrongArity", f"`{key}` of a dim = {dim} body needs {dim} values, got {len(vals)}", kw[key].value.span)
+        if key == "moments":
+            return tuple(vals)
+        if dim != 3:
+            raise PdslError.at("BadArgument", "`inertia` is defined for dim = 3 bodies; give `moments` otherwise", kw[key].span)
+        # lambda_i = (I_j + I_k - I_i) / (2 m)   (BENCHMARKS A2.1)
+        I1, I2, I3 = vals
+        return ((I2 + I3 - I1) / (2 * mass), (I1 + I3 - I2) / (2 * mass), (I1 + I2 - I3) / (2 * mass))
 
     def _check_neural_used(self, out) -> None:
         pass  # an unused network is legal (it simply has no inputs yet); lowering reports it if needed
@@ -717,6 +735,7 @@ class _Resolver:
                     raise PdslError.at("TypeMismatch", f"`axis` must be a vector of length {self.space}", kw.value.span)
             else:
                 v = ev.scalar(kw.value, f"`{kw.name}`")
+                _check_option_sign(stmt.kind, kw, v)
             options[kw.name] = v
         for name, required in spec.items():
             if required and name not in options:
@@ -771,26 +790,15 @@ class _Resolver:
         return coords
 
     def _ph_element(self, stmt, bind, out) -> None:
-        """p-H statements are lowered by the port-Hamiltonian lowering; here their names are checked."""
+        """A p-H statement -> an Element (pdsl.resolve.port_hamiltonian); junction members are checked here."""
         ev = self._ev(bind)
-        if isinstance(stmt, A.StoreStmt):
-            ev.scalar(stmt.energy, f"the energy of `{stmt.name}`")
-        elif isinstance(stmt, A.SourceStmt):
-            ev.scalar(stmt.value, f"the value of source `{stmt.name}`")
-        elif isinstance(stmt, A.ResistiveStmt | A.TwoPortStmt):
-            ports = ("",) if isinstance(stmt, A.ResistiveStmt) else ("_" + stmt.port_a, "_" + stmt.port_b)
-            local = ev.with_names({f"{v}{port}": S.sym(f"{v}{port}") for port in ports for v in "ef"})
-            _pairs(local.number(stmt.lhs), local.number(stmt.rhs), stmt.span)
-        elif isinstance(stmt, A.JunctionStmt):
+        if isinstance(stmt, A.JunctionStmt):
             self._check_junction(stmt, ev)
-        elif isinstance(stmt, A.StructureStmt):
-            for kw in stmt.kwargs:
-                ev.number(kw.value)
         out["elements"].append(resolve_ph(stmt, ev))
 
     def _check_junction(self, stmt: A.JunctionStmt, ev: Evaluator) -> None:
-        if stmt.kind not in _JUNCTION_KINDS:
-            close = difflib.get_close_matches(stmt.kind, _JUNCTION_KINDS, n=1)
+        if stmt.kind not in JUNCTION_KINDS:
+            close = difflib.get_close_matches(stmt.kind, JUNCTION_KINDS, n=1)
             hint = f"did you mean `{close[0]}`?" if close else "common_effort (0-junction) or common_flow (1-junction)"
             raise PdslError.at("UnknownJunctionKind", f"unknown junction kind `{stmt.kind}`", stmt.kind_span, hint)
         for member in stmt.members:
@@ -812,7 +820,34 @@ class _Resolver:
                 )
 
 
-_JUNCTION_KINDS = ("common_effort", "common_flow")
+_MOMENT_HINTS = {
+    "moments": "moments are the eigenvalues of the body's mass covariance: positive numbers",
+    "inertia": "principal moments of inertia obey the triangle inequality: I1 < I2 + I3, I2 < I1 + I3, I3 < I1 + I2",
+}
+
+
+def _check_option_sign(kind: str, kw: A.KwArg, value: sp.Expr) -> None:
+    """A numeric link length must be positive, a rest length, stiffness or damping not negative."""
+    if not value.is_number:
+        return
+    if kw.name == "length" and value.is_extended_positive is False:
+        raise PdslError.at(
+            "BadArgument", f"a link length must be positive, but it is {value}", kw.value.span, "for coincident points use `joint A, B`"
+        )
+    if kw.name in ("rest", "k", "c") and value.is_extended_negative:
+        raise PdslError.at("BadArgument", f"`{kw.name}` of a {kind} must not be negative, but it is {value}", kw.value.span)
+
+
+def _shape_text(v: sp.MatrixBase) -> str:
+    return f"{v.shape[0]}x{v.shape[1]}"
+
+
+def _check_positive(value: sp.Expr, defaults: Mapping, what: str, span: Span, hint: str | None = None) -> None:
+    """A mass or moment that is a number (possibly after default parameter values) must be > 0."""
+    v = value.xreplace(defaults)
+    if v.is_number and v.is_extended_positive is False:
+        at_defaults = " with the default parameter values" if value.free_symbols else ""
+        raise PdslError.at("BadArgument", f"{what} must be positive, but it is {sp.nsimplify(v)}{at_defaults}", span, hint)
 
 
 def _element_kind(stmt) -> str:

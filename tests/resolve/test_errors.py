@@ -35,11 +35,14 @@ def _plain(rhs: str) -> str:
 ERRORS = [
     # ---- syntax
     ("missing_end", "model A\n  var x\n  der(x) = -x\n", "UnexpectedEnd", 3, 14, "model `A` (line 1)"),
+    ("missing_end_before_next_model", "model A\n  var x\n  der(x) = -x\nmodel B\n  var y\n  der(y) = -y\nend\n", "MissingEnd", 4, 1, "model `A` (line 1) is not closed"),
     ("unclosed_paren", _plain("(-x"), "UnbalancedBracket", 3, 12, "never closed"),
     ("stray_closing_bracket", _plain("-x]"), "UnbalancedBracket", 3, 14, "closes nothing"),
     ("mismatched_brackets", _plain("sin(x]"), "UnbalancedBracket", 3, 17, "does not match the `(`"),
     ("unclosed_vector_at_eof", "model A\n  var x\n  der(x) = [x, x\n", "UnbalancedBracket", 3, 12, "never closed"),
     ("stray_operator", _plain("* x"), "Syntax", 3, 12, "unexpected `*`"),
+    ("python_power_operator", _plain("x ** 2"), "Syntax", 3, 14, "a^b"),
+    ("python_comparison", _model("var x\nder(x) == -x"), "Syntax", 3, 10, "single `=`"),
     ("dangling_operator", _plain("x +"), "Syntax", 3, 15, "expected an expression"),
     ("bad_number_two_points", _plain("1.2.3 * x"), "BadNumber", 3, 12, "`1.2.3` is not a number"),
     ("bad_number_exponent", _plain("1e * x"), "BadNumber", 3, 12, "`1e` is not a number"),
@@ -51,6 +54,7 @@ ERRORS = [
     ("range_missing_bracket", _model("param m[1..3 = 1\nvar x\nder(x) = -x"), "Syntax", 2, 16, "expected `]`"),
     ("end_without_model", _model("var x\nder(x) = -x") + "end\n", "Syntax", 5, 1, "unexpected `end`"),
     ("bad_character", _plain("x @ 2"), "BadCharacter", 3, 14, "not a program"),
+    ("greek_letter_name", _model("var θ\nder(θ) = 1"), "BadCharacter", 2, 7, "write `theta`"),
     # ---- Python payloads: located diagnostics, nothing is ever run
     ("python_import_payload", _plain("__import__('os').system('x')"), "BadCharacter", 3, 23, "strings"),
     ("python_exec_string", _plain('exec("x")'), "Syntax", 3, 17, "strings are only allowed"),
@@ -83,7 +87,11 @@ ERRORS = [
     ("index_out_of_range", _model("param m[1..3] = 1\nvar x\nder(x) = -m[4]*x"), "BadIndex", 4, 13, "index 4 is outside `m[1..3]`"),
     ("scalar_indexed", _plain("x[1]"), "TypeMismatch", 3, 12, "`x` is not an array"),
     ("loop_too_long", _model("var x\nder(x) = -x\n0 = 0 for i in 1..1000, j in 1..1000"), "BadArrayBounds", 4, 13, "more than 100000"),
-    ("cyclic_consts", _model("const N = M, M = N\nvar x\nder(x) = -x"), "CyclicDefinition", 2, 9, "in terms of itself"),
+    ("cyclic_consts", _model("const N = M, M = N\nvar x\nder(x) = -x"), "CyclicDefinition", 2, 9, "N -> M -> N"),
+    ("const_not_an_integer", _model("const N = 2.5\nvar x\nder(x) = -x"), "NotInteger", 2, 13, "must be an integer"),
+    ("loop_variable_twice", _model("var x[1..3]\nder(x[i]) = -x[i] for i in 1..3, i in 1..2"), "DuplicateDefinition", 3, 36, "appears twice"),
+    ("loop_variable_shadows_a_name", _model("var x\nder(x) = -x for x in 1..2"), "DuplicateDefinition", 3, 19, "already a name"),
+    ("cyclic_outputs", _model("var x\nder(x) = -x\noutput y = z, z = y"), "CyclicDefinition", 4, 10, "in terms of itself"),
     ("array_plus_scalar", _plain("[1, 2] + x"), "TypeMismatch", 3, 12, "cannot add a vector of length 2 and a scalar"),
     # ---- derivatives and constraints
     ("velocity_constraint_not_linear", _model("coord x\nlagrangian der(x)^2/2\nconstraint der(x)^2 = 1"), "BadConstraint", 4, 3, "not linear in the velocities"),
@@ -102,11 +110,23 @@ ERRORS = [
     ("point_mass_has_no_body_points", _model("space 2\nbody b = point(mass = 1)\njoint ground, b.at([1])"), "NotARigidBody", 4, 17, "no body-fixed points"),
     ("unknown_body_kind", _model("body b = box(mass = 1)"), "UnknownBodyKind", 2, 12, "unknown body kind `box`"),
     ("spring_without_stiffness", _model("space 2\nbody b = point(mass = 1)\nspring ground, b"), "MissingArgument", 4, 3, "needs `k = ...`"),
+    ("zero_mass", _model("space 2\nbody b = rigid(dim = 1, mass = 0, moments = [1])"), "BadArgument", 3, 34, "must be positive"),
+    ("zero_mass_from_param_default", _model("space 2\nparam m = 0\nbody b = point(mass = m)\ngravity 9.81"), "BadArgument", 4, 25, "default parameter values"),
+    ("inertia_violates_triangle_inequality", _model("space 3\nbody r = rigid(dim = 3, mass = 1, inertia = [1, 1, 3])"), "BadArgument", 3, 47, "triangle inequality"),
+    ("link_of_zero_length", _model("space 2\nbody b = point(mass = 1)\nlink ground, b, length = 0"), "BadArgument", 4, 28, "joint A, B"),
+    ("force_on_a_velocity", _model("coord q\nlagrangian der(q)^2/2\nforce 1 on der(q)"), "TypeMismatch", 4, 14, "on a coordinate"),
     ("space_of_five_dimensions", _model("space 5\nvar x\nder(x) = -x"), "BadDimension", 2, 9, "1, 2 or 3"),
     # ---- values
     ("division_by_literal_zero", _plain("x / 0"), "DivisionByZero", 3, 16, "division by zero"),
     ("square_root_of_negative", _plain("sqrt(-1) * x"), "NotReal", 3, 12, "not a real number"),
+    ("odd_root_of_negative", _plain("(-8)^(1/3) * x"), "NotReal", 3, 12, "this power"),
+    ("number_too_small", _plain("1e-400 * x"), "BadNumber", 3, 12, "floating-point"),
     ("nesting_too_deep", _plain("-" * 150 + "x"), "NestingTooDeep", 3, 109, "nested too deeply"),
+    # ---- port-Hamiltonian networks
+    ("junction_kind_misspelled", _model("param m = 1\nflow_store mass(p) energy p^2/(2*m)\njunction commom_effort(mass, mass)"), "UnknownJunctionKind", 4, 12, "did you mean `common_effort`"),
+    ("junction_member_is_a_param", _model("param m = 1\nflow_store mass(p) energy p^2/(2*m)\njunction common_effort(mass, m)"), "TypeMismatch", 4, 32, "a junction joins elements"),
+    ("junction_names_a_missing_port", _model("param m = 1\nflow_store mass(p) energy p^2/(2*m)\ntransformer tr(a, b): e_a = 2*e_b\njunction common_effort(mass, tr.c)"), "UnknownName", 5, 32, "no port `c`"),
+    ("store_energy_unknown_name", _model("flow_store mass(p) energy p^2/(2*mm)"), "UnknownName", 2, 36, "unknown name `mm`"),
     ("composition_not_yet_supported", _model("port pivot\nvar x\nder(x) = -x"), "NotYetSupported", 2, 3, "`port`"),
 ]
 
@@ -221,3 +241,8 @@ def test_unknown_const_override_is_an_error():
 def test_path_objects_and_strings_name_the_same_file():
     err = _first_error(_plain("y"), path=str(Path("dir") / "bad.phm"))
     assert err.diagnostics[0].span.path == str(Path("dir") / "bad.phm")
+
+
+def test_equation_nonlinear_in_der_is_reported():
+    err = _first_error(_model("var x\nder(x)^2 = x"))
+    assert ("NonlinearDerivative", 3) in [(d.code, d.span.line) for d in err.diagnostics]

@@ -108,8 +108,8 @@ _VOCABULARY = [
 
 
 def _spot(draw, n: int) -> int:
-    """A position anywhere in a sequence of n items (uniform: integers() would favour the start)."""
-    return draw(st.randoms(use_true_random=False)).randrange(max(n, 1))
+    """A position anywhere in a sequence of n items (integers(0, n - 1) would favour the start)."""
+    return draw(st.randoms(use_true_random=True)).randrange(max(n, 1))
 
 
 def _chars(draw, text: str) -> str:
@@ -160,13 +160,58 @@ def _names(draw, text: str) -> str:
     return re.sub(rf"\b({re.escape(a)}|{re.escape(b)})\b", lambda m: b if m.group() == a else a, text)  # swap
 
 
-_MUTATIONS = [_chars, _tokens, _tokens, _tokens, _lines, _lines, _names, _names]
+_STATEMENTS = [
+    "const {A} = {N}", "param {A} = {V}", "param {A}[1..{N}] = {V}", "var {A}", "var {A}[1..{N}]", "coord {A}",
+    "momentum {A}", "input {A}", "input {A} = {E}", "output {A} = {E}", "space {N}", "nn {A}: mlp(hidden = [{N}], out = {N})",
+    "body {A} = point(mass = {V})", "body {A}[1..{N}] = point(mass = {V})",
+    "body {A} = rigid(dim = {N}, mass = {V}, moments = [{V}, {V}, {V}])",
+    "body {A} = rigid(dim = {N}, mass = {V}, inertia = [{V}, {V}, {V}])",
+    "link {B}, {B}, length = {V}", "joint {B}, {B}", "hinge {B}, {B}, axis = [0, 0, 1]", "spring {B}, {B}, k = {V}, rest = {V}",
+    "damper {B}, {B}, c = {V}", "gravity {V}", "gravity {V} along [{V}, {V}]", "potential {E}", "force {E} on {B}",
+    "force [{E}, {E}] on {B}", "lagrangian {E}", "hamiltonian {E}", "constraint {E} = {E}", "der({A}) = {E}", "0 = {E}",
+    "der({A}[i]) = {E} for i in 1..{N}", "{E} = {E} for i in 1..{N}, j in i..{N}",
+    "flow_store {A}({A}) energy {E}", "effort_store {A}({A}) energy {E}", "resistive {A}: f = {V}*e",
+    "flow_source {A} = {E}", "transformer {A}(a, b): e_a = {V}*e_b", "junction common_effort({A}, -{A})",
+    "junction {A}: common_flow({A}, {A}.a)", "structure J = [[0, 1], [-1, 0]]", "distribution learn {A}: mlp(hidden = [2])",
+    "group SE2({A}, {A}, {A})", "port {A}", "use {A} = {A}()", "connect {B}, {B}",
+]
+_EXPRESSIONS = [
+    "{A}", "{V}", "der({A})", "{A}^2/2", "-{A}*{A}", "sin({A})", "{A}[{N}]", "{A}.x", "{A}.at([{V}, {V}])", "norm({A})",
+    "dot({A}, {A})", "{A}({A}, {A})", "sum({A}[j] for j in 1..{N})", "[{A}, {A}]", "t", "{A} / ({A} - {A})", "sqrt({V})",
+]
+
+
+def _statement(draw, text: str) -> str:
+    """Insert a statement built from a template, with names taken from the model."""
+    names = sorted(set(re.findall(r"[A-Za-z_]\w*", text)) - {"model", "end"}) or ["x"]
+
+    def fill(template: str, depth: int = 0) -> str:
+        def one(m):
+            kind = m.group(1)
+            if kind == "A":
+                return draw(st.sampled_from(names))
+            if kind == "B":
+                return draw(st.sampled_from(names + ["ground", "ground.at([1, 0])"]))
+            if kind == "N":
+                return draw(st.sampled_from(["0", "1", "2", "3", "N", "-1", "2.5"]))
+            if kind == "V":
+                return draw(st.sampled_from(["1", "0", "-1", "0.5", "1e3", names[0]]))
+            return fill(draw(st.sampled_from(_EXPRESSIONS)), depth + 1) if depth < 2 else draw(st.sampled_from(names))
+
+        return re.sub(r"\{([ABNVE])\}", one, template)
+
+    lines = text.split("\n")
+    lines.insert(1 + _spot(draw, max(len(lines) - 2, 1)), "  " + fill(draw(st.sampled_from(_STATEMENTS))))
+    return "\n".join(lines)
+
+
+_MUTATIONS = [_chars, _tokens, _tokens, _tokens, _lines, _lines, _names, _names, _statement, _statement, _statement]
 
 
 @st.composite
 def mutants(draw) -> str:
     text = draw(st.sampled_from(SEEDS))
-    for _ in range(draw(st.integers(1, 3))):
+    for _ in range(draw(st.integers(1, 4))):
         text = draw(st.sampled_from(_MUTATIONS))(draw, text)
     return text
 

@@ -1,0 +1,150 @@
+"""Experiment settings for ``pdsl fit``: defaults (BENCHMARKS A4/A5), a TOML file, command-line flags.
+
+Precedence: flag > TOML file > default. A TOML file holds the keys of :class:`FitConfig` at top
+level (``data``, ``free``, ``method``, ``epochs``, ...) and an optional ``[param]`` table of start
+values; a relative ``data`` path is relative to the TOML file. Unknown keys and wrong types are
+``BadConfig`` errors located at their line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+from ..diagnostics import PdslError, Span, register_source
+
+__all__ = ["FitConfig", "load_toml", "fingerprint", "resolve_defaults"]
+
+
+@dataclass
+class FitConfig:
+    data: str | None = None
+    free: list[str] = field(default_factory=list)
+    observe: list[str] | None = None
+    param: dict[str, float] = field(default_factory=dict)  # start values (free) or fixed values
+    method: str = "auto"  # auto | gauss-newton | adamw
+    epochs: int | None = None  # default: 50 (gauss-newton), 2000 (adamw, A5)
+    batch: int = 200  # A5 minibatch
+    chunk: int = 4  # A3/A5: 4 steps (5 samples) per chunk
+    stride: int | None = None  # default: chunk (disjoint chunks, A4.2)
+    integrator: str = "rk4"  # A5 [REPO-P0]: fixed-step RK4 on the data grid
+    substeps: int = 1
+    project: int = 0  # Newton steps projecting each chunk's first sample onto the constraints
+    loss: str = "auto"  # l1 (adamw, A5) | mse (gauss-newton)
+    lr: float = 3e-3
+    lr_min: float = 0.0
+    weight_decay: float = 1e-4
+    seed: int = 0
+    val_fraction: float = 0.2
+    tol: float = 1e-10
+    threads: int = 1
+    formulation: str = "hamiltonian"
+    network_seed: int | None = None  # default: seed
+
+
+_TYPES = {f.name: f.type for f in fields(FitConfig)}
+_NO_FINGERPRINT = {"epochs", "threads"}  # may change between a run and its resumption
+
+
+def _toml_error(path: str, text: str, key: str | None, message: str, hint: str | None = None) -> PdslError:
+    line = 1
+    if key is not None:
+        m = re.search(rf"^\s*{re.escape(key)}\s*=", text, re.MULTILINE)
+        if m:
+            line = text.count("\n", 0, m.start()) + 1
+    width = len(text.splitlines()[line - 1]) if text.splitlines() else 1
+    return PdslError.at("BadConfig", message, Span.point(path, line, 1, max(width, 1)), hint)
+
+
+def load_toml(path: str | Path) -> dict:
+    """The settings of a TOML file, checked against :class:`FitConfig` (paths made absolute)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PdslError.at("FileNotFound", f"cannot read config {p}: {exc.strerror or exc}") from None
+    register_source(str(p), text)
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        m = re.search(r"line (\d+), column (\d+)", str(exc))
+        span = Span.point(str(p), int(m.group(1)), int(m.group(2))) if m else None
+        raise PdslError.at("BadConfig", f"{p} is not valid TOML: {str(exc).split(' (at')[0]}", span) from None
+    out = {}
+    for key, value in raw.items():
+        if key not in _TYPES:
+            raise _toml_error(str(p), text, key, f"unknown setting `{key}`", "settings: " + ", ".join(_TYPES))
+        out[key] = _check_type(str(p), text, key, value)
+    if isinstance(out.get("data"), str):
+        out["data"] = str((p.parent / out["data"]).resolve()) if not Path(out["data"]).is_absolute() else out["data"]
+    return out
+
+
+def _check_type(path: str, text: str, key: str, value):
+    typ = str(_TYPES[key])
+    bad = lambda want: _toml_error(path, text, key, f"`{key}` must be {want}, got {value!r}")  # noqa: E731
+    if key in ("free", "observe"):
+        if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            raise bad("a list of names")
+        return value
+    if key == "param":
+        if not (isinstance(value, dict) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value.values())):
+            raise bad("a table of numbers, e.g. [param] m1 = 1.0")
+        return {k: float(v) for k, v in value.items()}
+    if typ.startswith("int"):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise bad("an integer")
+        return value
+    if typ.startswith("float"):
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise bad("a number")
+        return float(value)
+    if not isinstance(value, str):
+        raise bad("a string")
+    return value
+
+
+def resolve_defaults(cfg: FitConfig, has_networks: bool) -> FitConfig:
+    """Fill the method-dependent defaults and check ranges."""
+    if cfg.method not in ("auto", "gauss-newton", "adamw"):
+        raise PdslError.at("BadOption", f"--method {cfg.method}: unknown", hint="auto, gauss-newton or adamw")
+    if cfg.method == "auto":
+        cfg.method = "adamw" if has_networks else "gauss-newton"
+    if cfg.loss == "auto":
+        cfg.loss = "mse" if cfg.method == "gauss-newton" else "l1"
+    if cfg.epochs is None:
+        cfg.epochs = 50 if cfg.method == "gauss-newton" else 2000
+    if cfg.stride is None:
+        cfg.stride = cfg.chunk
+    if cfg.network_seed is None:
+        cfg.network_seed = cfg.seed
+    if cfg.project < 0:
+        raise PdslError.at("BadOption", f"project must be a non-negative integer, got {cfg.project}")
+    for name in ("epochs", "batch", "chunk", "stride", "substeps", "threads"):
+        if getattr(cfg, name) < 1:
+            raise PdslError.at("BadOption", f"{name} must be a positive integer, got {getattr(cfg, name)}")
+    if not (cfg.lr > 0 and cfg.lr_min >= 0 and cfg.weight_decay >= 0):
+        raise PdslError.at("BadOption", "lr must be positive; lr_min and weight_decay non-negative")
+    if cfg.data is None:
+        raise PdslError.at("BadOption", "no data: give --data CSV (or `data = ...` in the --config file)")
+    return cfg
+
+
+def _digest(path: str | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def fingerprint(cfg: FitConfig, model_path: str, model_name: str) -> dict:
+    """What must not change between a run and its ``--resume``: settings, model and data contents."""
+    d = {k: v for k, v in asdict(cfg).items() if k not in _NO_FINGERPRINT}
+    d["data"] = _digest(cfg.data)
+    d["model"] = {"name": model_name, "sha256": _digest(model_path)}
+    return d

@@ -1,0 +1,240 @@
+"""Trajectory data for fitting: the CSV format ``pdsl simulate`` writes, checked cell by cell.
+
+A file has a ``t`` column, the model's *shown* state columns (``b1.x``, ``b1.vx`` — the
+names ``show`` and the CSV header use), optionally a ``traj`` column that numbers several
+trajectories (``simulate --random-init`` writes it first), declared ``output`` columns, and
+one column per exogenous ``input`` (sampled at the same times, linear in between).
+
+What is fitted: the loss runs over the *observed* columns (by default every state and output
+column present; ``observe`` narrows it). Every chunk starts from its first sample, so the
+shown state columns must all be present (BENCHMARKS A5: z0 is a data sample).
+
+Every problem is a ``BadTrajectoryData`` error located at file, row and column: unknown or
+missing columns, non-increasing time, a trajectory shorter than one chunk, non-uniform
+sampling (the fixed-step chunk loss of A5 takes one step per data interval). NaN, inf and
+non-numbers are caught by :func:`pdsl.data.csvio.read_table` (``BadCsv``).
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from ..backend.functions import NumericSystem
+from ..data.csvio import Table, read_table
+from ..diagnostics import PdslError, Span, source_text
+
+__all__ = ["Trajectory", "Dataset", "Chunks", "load_dataset", "split_validation", "make_chunks"]
+
+CODE = "BadTrajectoryData"
+_DT_RTOL = 1e-6  # relative tolerance on the sampling interval
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    label: int  # the traj value in the file (0 when there is no traj column)
+    first_line: int  # file line of its first sample
+    t: np.ndarray  # (n,)
+    S: np.ndarray  # (n, n_shown): the shown state columns, in the model's order
+    Y: np.ndarray  # (n, n_obs): the observed columns
+    U: np.ndarray  # (n, n_u): exogenous inputs
+
+    def __len__(self) -> int:
+        return len(self.t)
+
+
+@dataclass(frozen=True)
+class Dataset:
+    path: str
+    shown: tuple[str, ...]
+    observed: tuple[str, ...]
+    inputs: tuple[str, ...]
+    dt: float
+    trajectories: tuple[Trajectory, ...]
+
+    def subset(self, indices) -> "Dataset":
+        return replace(self, trajectories=tuple(self.trajectories[i] for i in indices))
+
+
+@dataclass(frozen=True)
+class Chunks:
+    """Windows of n steps (n + 1 samples) cut from trajectories (BENCHMARKS A4.2)."""
+
+    S0: np.ndarray  # (N, n_shown): shown state at the chunk's first sample
+    Y: np.ndarray  # (N, n_obs, n): observed columns at the n later samples
+    U: np.ndarray  # (N, n_u, n + 1): inputs at every sample of the chunk
+    T: np.ndarray  # (N, n + 1): sample times
+    origin: np.ndarray  # (N, 2): trajectory index and first sample of each chunk
+
+    def __len__(self) -> int:
+        return self.S0.shape[0]
+
+    @property
+    def steps(self) -> int:
+        return self.T.shape[1] - 1
+
+    def take(self, idx) -> "Chunks":
+        return Chunks(self.S0[idx], self.Y[idx], self.U[idx], self.T[idx], self.origin[idx])
+
+
+# ---------------------------------------------------------------- locating cells
+def _cell_span(path: str, line: int, column: int) -> Span:
+    """The span of cell ``column`` (0-based) on file line ``line`` (1-based)."""
+    text = source_text(path)
+    lines = text.splitlines() if text else []
+    if not 1 <= line <= len(lines):
+        return Span.point(path, line, 1)
+    cells = next(csv.reader([lines[line - 1]]), [])
+    if column >= len(cells):
+        return Span.point(path, line, 1, max(len(lines[line - 1]), 1))
+    col = 1 + sum(len(c) + 1 for c in cells[:column])
+    return Span.point(path, line, col, max(len(cells[column]), 1))
+
+
+def _error(path: str, line: int, column: int | None, message: str, hint: str | None = None) -> PdslError:
+    span = _cell_span(path, line, column) if column is not None else Span.point(path, line, 1)
+    return PdslError.at(CODE, message, span, hint)
+
+
+# ---------------------------------------------------------------- loading
+def load_dataset(path: str, num: NumericSystem, *, observe=None, min_samples: int = 2) -> Dataset:
+    """Read and check a trajectory CSV against the model ``num`` (see the module docstring)."""
+    table = read_table(path)
+    cols = _check_columns(table, num, observe)
+    observed = cols["observed"]
+    groups = _split_trajectories(table)
+    trajs = []
+    dt = None
+    for label, rows in groups:
+        t = table.data[rows, table.columns.index("t")]
+        first_line = int(rows[0]) + 2
+        _check_time(table, t, first_line)
+        dt = _check_sampling(table, t, first_line, dt)
+        if len(t) < min_samples:
+            where = table.columns.index("traj") if "traj" in table.columns else table.columns.index("t")
+            raise _error(
+                table.path, first_line, where,
+                f"trajectory {label} has {len(t)} samples; a chunk of {min_samples - 1} steps needs {min_samples}",
+                "use a shorter --chunk, or drop this trajectory",
+            )
+        pick = lambda names: table.data[np.ix_(rows, [table.columns.index(c) for c in names])]  # noqa: E731
+        trajs.append(Trajectory(label, first_line, t, pick(num.report_names), pick(observed), pick(num.u_names)))
+    return Dataset(table.path, num.report_names, observed, num.u_names, float(dt), tuple(trajs))
+
+
+def _check_columns(table: Table, num: NumericSystem, observe) -> dict:
+    """Every column known, the required ones present; returns the observed column names."""
+    known = {"t", "traj", *num.report_names, *num.y_names, *num.u_names}
+    for k, name in enumerate(table.columns):
+        if name not in known:
+            unused = sorted(known - set(table.columns)) or sorted(known)
+            close = difflib.get_close_matches(name, unused, n=1)
+            hint = f"did you mean `{close[0]}`?" if close else "columns: t, traj, " + ", ".join(
+                [*num.report_names, *num.y_names, *num.u_names])
+            raise _error(table.path, 1, k, f"unknown column `{name}`: not a state, output or input of {num.system.name}", hint)
+    if "t" not in table.columns:
+        raise _error(table.path, 1, None, "no `t` column", "a trajectory CSV starts with the time: t,b1.x,...")
+    for role, names, hint in (
+        ("state", num.report_names, "every chunk starts from a full data sample (latent initial states are not supported)"),
+        ("input", num.u_names, "exogenous inputs are read from the data, one column per input"),
+    ):
+        missing = [n for n in names if n not in table.columns]
+        if missing:
+            listed = ", ".join(f"`{n}`" for n in missing)
+            raise _error(table.path, 1, None, f"missing {role} column{'s' if len(missing) > 1 else ''} {listed}", hint)
+    candidates = [c for c in table.columns if c in num.report_names or c in num.y_names]
+    if observe:
+        for name in observe:
+            if name not in candidates:
+                raise PdslError.at(
+                    CODE, f"observe: `{name}` is not a state or output column of {table.path}",
+                    _cell_span(table.path, 1, 0), "observed columns: " + ", ".join(candidates),
+                )
+        candidates = [c for c in candidates if c in observe]
+    return {"observed": tuple(candidates)}
+
+
+def _split_trajectories(table: Table) -> list[tuple[int, np.ndarray]]:
+    """Row indices of each trajectory: contiguous blocks of equal ``traj`` values."""
+    n = table.data.shape[0]
+    if n == 0:
+        raise _error(table.path, 1, None, "no data rows", "the file holds only a header")
+    if "traj" not in table.columns:
+        return [(0, np.arange(n))]
+    c = table.columns.index("traj")
+    traj = table.data[:, c]
+    bad = np.nonzero(traj != np.round(traj))[0]
+    if bad.size:
+        raise _error(table.path, int(bad[0]) + 2, c, f"traj {traj[bad[0]]!r} is not an integer", "traj numbers the trajectories 0, 1, ...")
+    starts = np.concatenate([[0], np.nonzero(np.diff(traj))[0] + 1])
+    seen = set()
+    groups = []
+    for k, s in enumerate(starts):
+        e = starts[k + 1] if k + 1 < len(starts) else n
+        label = int(traj[s])
+        if label in seen:
+            raise _error(table.path, int(s) + 2, c, f"trajectory {label} continues here after other trajectories",
+                         "keep each trajectory's rows together")
+        seen.add(label)
+        groups.append((label, np.arange(s, e)))
+    return groups
+
+
+def _check_time(table: Table, t: np.ndarray, first_line: int) -> None:
+    bad = np.nonzero(np.diff(t) <= 0)[0]
+    if bad.size:
+        k = int(bad[0]) + 1
+        raise _error(table.path, first_line + k, table.columns.index("t"),
+                     f"time does not increase within a trajectory: t = {t[k]!r} after {t[k - 1]!r}",
+                     "sort the samples by t; start a new trajectory with a new traj number")
+
+
+def _check_sampling(table: Table, t: np.ndarray, first_line: int, dt: float | None) -> float:
+    if len(t) < 2:
+        return dt if dt is not None else 1.0
+    steps = np.diff(t)
+    ref = float(steps[0]) if dt is None else dt
+    bad = np.nonzero(np.abs(steps - ref) > _DT_RTOL * ref + 1e-12)[0]
+    if bad.size:
+        k = int(bad[0]) + 1
+        raise _error(table.path, first_line + k, table.columns.index("t"),
+                     f"sampling interval {steps[k - 1]:.6g} differs from {ref:.6g}",
+                     "fixed-step chunk losses take one step per data interval: resample to a uniform grid")
+    return ref
+
+
+# ---------------------------------------------------------------- splitting and chunking
+def split_validation(ds: Dataset, fraction: float, seed: int) -> tuple[Dataset, Dataset]:
+    """Hold out ``round(fraction · n)`` whole trajectories (at least one when fraction > 0 and n ≥ 2)."""
+    n = len(ds.trajectories)
+    if not 0 <= fraction < 1:
+        raise PdslError.at("BadOption", f"validation fraction must be in [0, 1), got {fraction}")
+    n_val = int(round(fraction * n))
+    if fraction > 0 and n >= 2:
+        n_val = min(max(n_val, 1), n - 1)
+    else:
+        n_val = 0
+    order = np.random.default_rng(seed).permutation(n)
+    val, train = sorted(order[:n_val].tolist()), sorted(order[n_val:].tolist())
+    return ds.subset(train), ds.subset(val)
+
+
+def make_chunks(ds: Dataset, steps: int, stride: int | None = None) -> Chunks:
+    """Every window of ``steps`` intervals starting at 0, stride, 2·stride, ... (stride = steps: disjoint)."""
+    stride = steps if stride is None else stride
+    S0, Y, U, T, origin = [], [], [], [], []
+    for j, tr in enumerate(ds.trajectories):
+        for s in range(0, len(tr) - steps, stride):
+            S0.append(tr.S[s])
+            Y.append(tr.Y[s + 1 : s + steps + 1].T)
+            U.append(tr.U[s : s + steps + 1].T)
+            T.append(tr.t[s : s + steps + 1])
+            origin.append((j, s))
+    if not S0:
+        n_obs, n_u = len(ds.observed), len(ds.inputs)
+        return Chunks(np.zeros((0, len(ds.shown))), np.zeros((0, n_obs, steps)), np.zeros((0, n_u, steps + 1)),
+                      np.zeros((0, steps + 1)), np.zeros((0, 2), dtype=int))
+    return Chunks(np.array(S0), np.array(Y), np.array(U), np.array(T), np.array(origin, dtype=int))

@@ -1,0 +1,305 @@
+"""The chunk rollout loss of BENCHMARKS A5 as CasADi graphs, batched with ``Function.map``.
+
+For a chunk (z_0, t_0), ..., (z_n, t_n) the model is rolled out from the data sample z_0 with
+a fixed-step scheme of :mod:`pdsl.numerics` (``rk4`` by default, ``midpoint``, ``gauss2``,
+``euler``), one step per data interval or ``substeps`` steps, and compared with the observed
+columns at t_1..t_n:
+
+    L_chunk = Σ_k Σ_j w_j·|ŷ_kj − y_kj|     (``l1``, A5 [REPO-P0]: mean |.| over all entries)
+    L_chunk = Σ_k Σ_j (w_j·(ŷ_kj − y_kj))²  (``mse``; what Gauss–Newton minimises)
+
+and a batch loss is the mean over all entries of all chunks. Three pieces connect data
+columns to the model:
+
+* the *initial-state map* x = g(t, shown, p): the data shows Cartesian velocities while the
+  Hamiltonian state holds momenta p = M v (A1.4 "convert x_dot -> p = M x_dot with the learned
+  M"). It is built from ``NumericSystem.report``: when the shown columns are affine in the state
+  (Jacobian independent of x, as for p = M v) it is one linear solve, exact; otherwise a Newton
+  rootfinder. It depends on the parameters, so learned masses enter it.
+* the *interval map*: ``substeps`` steps over one data interval, inputs linear in time between
+  samples (rk4's mid-stages see the interpolated input).
+* the *observation map*: the observed shown columns (``report``) and declared outputs.
+
+Batches are ONE graph: the single-chunk loss and its reverse-mode gradient are mapped over the
+chunks with θ passed once (a column the map broadcasts; a repmat'd θ would evaluate the whole
+batch B times, the N² trap noted in :func:`pdsl.numerics.make_batched_loss_grad`). For large θ
+(networks) the map reduces the gradient in place instead of forming an nθ × B matrix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import casadi as ca
+import numpy as np
+
+from ..backend.functions import NumericSystem
+from ..diagnostics import PdslError
+from ..numerics import make_step
+from .data import Chunks, Trajectory
+from .params import ParamLayout
+
+__all__ = ["LossSpec", "ChunkLoss", "state_from_shown", "make_interval", "observation_function", "INTEGRATORS", "LOSSES"]
+
+INTEGRATORS = ("rk4", "midpoint", "gauss2", "euler")
+LOSSES = ("l1", "mse")
+_IMPLICIT_TOL = 1e-12  # stage-equation tolerance of midpoint/gauss2 (1e-14 fails on O(10) slopes)
+_REDUCE_ABOVE = 2000  # θ sizes above which batch gradients are summed inside the map
+
+
+@dataclass(frozen=True)
+class LossSpec:
+    steps: int  # n: intervals per chunk
+    dt: float  # data sampling interval
+    method: str = "rk4"
+    substeps: int = 1
+    loss: str = "l1"
+    weights: tuple[float, ...] | None = None  # per observed column (default 1)
+    threads: int = 1
+    project: int = 0  # Newton steps projecting each chunk's first state onto the constraints (0: none)
+    step_options: dict = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- model pieces
+def _sym(num: NumericSystem):
+    return ca.SX.sym if num.kind == "SX" else ca.MX.sym
+
+
+def state_from_shown(num: NumericSystem) -> ca.Function:
+    """``g(t, s, p) -> x``: the state whose shown columns (``num.report``) equal s."""
+    sym = _sym(num)
+    t, x, p = sym("t"), sym("x", num.nx), sym("p", len(num.p_names))
+    s = sym("s", len(num.report_names))
+    if num.report_names == num.x_names:
+        return ca.Function("state_from_shown", [t, s, p], [s])
+    if len(num.report_names) != num.nx:
+        raise PdslError.at("NotYetSupported", f"{num.system.name} shows {len(num.report_names)} columns for {num.nx} states",
+                           num.system.span, "fitting needs a one-to-one map from shown columns to states")
+    y = num.report(t, x, p)
+    J = ca.jacobian(y, x)
+    if not ca.depends_on(J, x):
+        zero = ca.Function("at_zero", [t, x, p], [y, J])(t, ca.DM.zeros(num.nx), p)
+        x_of_s = ca.solve(zero[1], s - zero[0]) if num.kind == "SX" else ca.solve(zero[1], s - zero[0], "qr")
+        return ca.Function("state_from_shown", [t, s, p], [x_of_s])
+    return _shown_rootfinder(num)
+
+
+def _shown_rootfinder(num: NumericSystem) -> ca.Function:
+    """Newton on report(t, x, p) = s, started from the start values with shown states copied in."""
+    sym = _sym(num)
+    x = sym("x", num.nx)
+    q = sym("q", 1 + len(num.report_names) + len(num.p_names))
+    ns = len(num.report_names)
+    g = ca.Function("shown_residual", [x, q], [num.report(q[0], x, q[1 + ns :]) - q[1 : 1 + ns]])
+    solve = ca.rootfinder("shown_solve", "newton", g, {"abstol": 1e-12})
+    t, s, p = ca.MX.sym("t"), ca.MX.sym("s", ns), ca.MX.sym("p", len(num.p_names))
+    guess = [ca.MX(v) for v in num.x_start]
+    for i, name in enumerate(num.x_names):
+        if name in num.report_names:
+            guess[i] = s[num.report_names.index(name)]
+    return ca.Function("state_from_shown", [t, s, p], [solve(ca.vertcat(*guess), ca.vertcat(t, s, p))])
+
+
+def projection_function(num: NumericSystem, steps: int) -> ca.Function:
+    """``proj(t, x, p) -> x``: ``steps`` minimum-norm Newton steps x -= Jᵀ(JJᵀ)⁻¹ r on the invariants
+    r = (Φ, Φ̇) (the A3.1 projection, unclamped), so a noisy sample starts on the constraint manifold."""
+    sym = _sym(num)
+    t, x, p = sym("t"), sym("x", num.nx), sym("p", len(num.p_names))
+    if not num.invariants.size1_out(0):
+        return ca.Function("project", [t, x, p], [x])
+    r = num.invariants(t, x, p)
+    J = ca.jacobian(r, x)
+    newton = ca.Function("project_step", [t, x, p], [x - ca.mtimes(J.T, ca.solve(ca.mtimes(J, J.T), r))])
+    xk = x
+    for _ in range(steps):
+        xk = newton(t, xk, p)
+    return ca.Function("project", [t, x, p], [xk])
+
+
+def observation_function(num: NumericSystem, observed: tuple[str, ...]) -> ca.Function:
+    """``obs(t, x, p, u) -> y``: the observed columns, shown states and declared outputs."""
+    sym = _sym(num)
+    t, x, p, u = sym("t"), sym("x", num.nx), sym("p", len(num.p_names)), sym("u", len(num.u_names))
+    shown = num.report(t, x, p)
+    outputs = num.outputs(t, x, sym("z", 0), p, u) if num.y_names else None
+    rows = [shown[num.report_names.index(n)] if n in num.report_names else outputs[num.y_names.index(n)] for n in observed]
+    return ca.Function("observe", [t, x, p, u], [ca.vertcat(*rows)])
+
+
+def make_interval(num: NumericSystem, method: str, dt: float, substeps: int = 1, **step_options) -> ca.Function:
+    """``interval(x, p, u0, u1, tk) -> x(tk + dt)``: ``substeps`` steps, u linear from u0 to u1."""
+    if num.rhs is None:
+        raise PdslError.at("NotYetSupported", f"{num.system.name} is a DAE; fitting needs an ODE model", num.system.span)
+    if method not in INTEGRATORS:
+        raise PdslError.at("BadOption", f"--integrator {method}: unknown for fitting", hint="one of: " + ", ".join(INTEGRATORS))
+    sym = _sym(num)
+    nu, n_p = len(num.u_names), len(num.p_names)
+    tau, x, q = sym("tau"), sym("x", num.nx), sym("q", n_p + 2 * nu + 1)
+    p, u0, u1, tk = q[:n_p], q[n_p : n_p + nu], q[n_p + nu : n_p + 2 * nu], q[n_p + 2 * nu]
+    f = ca.Function("f_interval", [tau, x, q], [num.rhs(tk + tau, x, p, u0 + tau / dt * (u1 - u0))])
+    h = dt / substeps
+    step = make_step(f, method, h, **step_options)
+    sym = ca.SX.sym if step.is_a("SXFunction") else ca.MX.sym
+    x, p, u0, u1, tk = sym("x", num.nx), sym("p", n_p), sym("u0", nu), sym("u1", nu), sym("tk")
+    qq = ca.vertcat(p, u0, u1, tk)
+    xk = x
+    for j in range(substeps):
+        xk = step(j * h, xk, qq)
+    return ca.Function("interval", [x, p, u0, u1, tk], [xk], ["x", "p", "u0", "u1", "tk"], ["x_next"])
+
+
+def _call(fn: ca.Function, *args):
+    """Evaluate ``fn``; a failed implicit stage solve becomes a located user error."""
+    try:
+        return fn(*args)
+    except RuntimeError as exc:
+        if "rootfinder" not in str(exc):
+            raise
+        raise PdslError.at(
+            "IntegratorFailure", "the implicit integrator's stage equations did not converge on a chunk",
+            hint="use more --substeps, or --integrator rk4",
+        ) from None
+
+
+# ---------------------------------------------------------------- the chunk loss
+class ChunkLoss:
+    """Losses, gradients and Gauss–Newton residuals over batches of chunks (module docstring)."""
+
+    def __init__(self, num: NumericSystem, layout: ParamLayout, spec: LossSpec, observed: tuple[str, ...]):
+        if spec.loss not in LOSSES:
+            raise PdslError.at("BadOption", f"loss {spec.loss!r}: unknown", hint="one of: " + ", ".join(LOSSES))
+        self.num, self.layout, self.spec, self.observed = num, layout, spec, observed
+        self.g = state_from_shown(num)
+        self.project = projection_function(num, spec.project) if spec.project else None
+        self.obs = observation_function(num, observed)
+        options = dict(spec.step_options)
+        if spec.method in ("midpoint", "gauss2"):
+            options.setdefault("tol", _IMPLICIT_TOL)
+        self.interval = make_interval(num, spec.method, spec.dt, spec.substeps, **options)
+        w = np.ones(len(observed)) if spec.weights is None else np.asarray(spec.weights, dtype=float)
+        self.weights = ca.DM(w)
+        self._cache: dict = {}
+        self._single = self._build_single(spec.steps)
+
+    # ---- graphs
+    def _rollout(self, n: int) -> ca.Function:
+        key = ("rollout", n)
+        if key not in self._cache:
+            self._cache[key] = self.interval.mapaccum("rollout", n, [0], [0], {})
+        return self._cache[key]
+
+    def _predict_graph(self, n: int, theta: ca.MX):
+        """MX symbols (s0, U, T) and the predicted states X and observations (n columns)."""
+        num = self.num
+        s0 = ca.MX.sym("s0", len(num.report_names))
+        U = ca.MX.sym("U", len(num.u_names), n + 1)
+        T = ca.MX.sym("T", 1, n + 1)
+        p = self.layout.casadi_p(theta)
+        x0 = self._x0(T[0], s0, p)
+        X = self._rollout(n)(x0, p, U[:, :-1], U[:, 1:], T[:, :-1])
+        Yhat = self.obs.map(n)(T[:, 1:], X, p, U[:, 1:])
+        return s0, U, T, X, Yhat
+
+    def _x0(self, t0, s0, p):
+        x0 = self.g(t0, s0, p)
+        return self.project(t0, x0, p) if self.project is not None else x0
+
+    def _build_single(self, n: int) -> dict:
+        theta = ca.MX.sym("theta", self.layout.n_theta)
+        s0, U, T, _, Yhat = self._predict_graph(n, theta)
+        Y = ca.MX.sym("Y", len(self.observed), n)
+        R = (Yhat - Y) * ca.repmat(self.weights, 1, n)
+        L = ca.sum1(ca.sum2(ca.fabs(R))) if self.spec.loss == "l1" else ca.sumsqr(R)
+        ins, names = [theta, s0, Y, U, T], ["theta", "s0", "Y", "U", "T"]
+        r = ca.vec(R)
+        return {
+            "value": ca.Function("chunk_loss", ins, [L], names, ["L"]),
+            "value_grad": ca.Function("chunk_loss_grad", ins, [L, ca.gradient(L, theta)], names, ["L", "g"]),
+            "res_jac": ca.Function("chunk_res_jac", ins, [r, ca.jacobian(r, theta)], names, ["r", "J"]),
+        }
+
+    def _mapped(self, kind: str, B: int) -> ca.Function:
+        key = (kind, B)
+        if key not in self._cache:
+            single = self._single[kind]
+            if kind == "value_grad" and self.layout.n_theta > _REDUCE_ABOVE:
+                mapped = single.map(f"{kind}_{B}", "serial", B, [0], [0, 1], {})
+            else:
+                mapped = single.map(B, "thread", max(1, self.spec.threads))
+            self._cache[key] = mapped
+        return self._cache[key]
+
+    # ---- numeric entry points
+    @staticmethod
+    def batch_args(chunks: Chunks) -> list[np.ndarray]:
+        """(S0, Y, U, T) of a batch, side by side as the mapped functions take them."""
+        B, n = len(chunks), chunks.steps
+        Y = chunks.Y.transpose(1, 0, 2).reshape(chunks.Y.shape[1], B * n)
+        U = chunks.U.transpose(1, 0, 2).reshape(chunks.U.shape[1], B * (n + 1))
+        return [chunks.S0.T, Y, U, chunks.T.reshape(1, -1)]
+
+    def _scale(self, B: int) -> float:
+        return 1.0 / (B * self.spec.steps * max(len(self.observed), 1))
+
+    def value_grad_function(self, B: int) -> ca.Function:
+        """``(theta, S0, Y, U, T) -> (L, dL/dθ)``: the batch mean loss and its gradient (one graph)."""
+        key = ("batch_vg", B)
+        if key not in self._cache:
+            mapped = self._mapped("value_grad", B)
+            ins = [ca.MX.sym(n, *s.shape) for n, s in zip(["theta", "S0", "Y", "U", "T"], self._batch_shapes(B))]
+            L, G = mapped(*ins)
+            c = self._scale(B)
+            self._cache[key] = ca.Function("batch_loss_grad", ins, [c * ca.sum2(L), c * ca.sum2(G)],
+                                           ["theta", "S0", "Y", "U", "T"], ["L", "g"])
+        return self._cache[key]
+
+    def _batch_shapes(self, B: int):
+        n, nobs, nu, ns = self.spec.steps, len(self.observed), len(self.num.u_names), len(self.num.report_names)
+        return [ca.Sparsity.dense(self.layout.n_theta, 1), ca.Sparsity.dense(ns, B), ca.Sparsity.dense(nobs, B * n),
+                ca.Sparsity.dense(nu, B * (n + 1)), ca.Sparsity.dense(1, B * (n + 1))]
+
+    def value(self, theta: np.ndarray, chunks: Chunks, batch: int = 256) -> float:
+        """The mean loss over all chunks (no gradient), evaluated in batches."""
+        if len(chunks) == 0:
+            return float("nan")
+        total = 0.0
+        for start in range(0, len(chunks), batch):
+            part = chunks.take(slice(start, start + batch))
+            L = _call(self._mapped("value", len(part)), theta, *self.batch_args(part))
+            total += float(ca.sum2(L))
+        return total * self._scale(len(chunks))
+
+    def value_grad(self, theta: np.ndarray, chunks: Chunks) -> tuple[float, np.ndarray]:
+        L, g = _call(self.value_grad_function(len(chunks)), theta, *self.batch_args(chunks))
+        return float(L), np.asarray(g).ravel()
+
+    def residuals(self, theta: np.ndarray, chunks: Chunks, *, jacobian: bool = True):
+        """Stacked weighted residuals r (all chunks) and dr/dθ (rows match r), for Gauss–Newton."""
+        r, J = _call(self._mapped("res_jac", len(chunks)), theta, *self.batch_args(chunks))
+        r = np.asarray(r).T.ravel()  # chunk after chunk
+        if not jacobian:
+            return r, None
+        J = np.asarray(J)  # (m, nθ·B): chunk b's block in columns b·nθ ...
+        m, nt = J.shape[0], self.layout.n_theta
+        J = J.reshape(m, -1, nt).transpose(1, 0, 2).reshape(-1, nt)
+        return r, J
+
+    # ---- whole trajectories
+    def predict(self, theta_or_p: np.ndarray, traj: Trajectory, *, is_p: bool = False) -> np.ndarray:
+        """Observed columns predicted along a whole trajectory from its first sample ((n, n_obs), row 0 = data)."""
+        n = len(traj) - 1
+        key = ("predict", n, is_p)
+        if key not in self._cache:
+            if is_p:
+                p = ca.MX.sym("p", len(self.num.p_names))
+                s0, U, T = ca.MX.sym("s0", len(self.num.report_names)), ca.MX.sym("U", len(self.num.u_names), n + 1), ca.MX.sym("T", 1, n + 1)
+                x0 = self._x0(T[0], s0, p)
+                X = self._rollout(n)(x0, p, U[:, :-1], U[:, 1:], T[:, :-1])
+                Yhat = self.obs.map(n)(T[:, 1:], X, p, U[:, 1:])
+                self._cache[key] = ca.Function("predict", [p, s0, U, T], [Yhat])
+            else:
+                theta = ca.MX.sym("theta", self.layout.n_theta)
+                s0, U, T, _, Yhat = self._predict_graph(n, theta)
+                self._cache[key] = ca.Function("predict", [theta, s0, U, T], [Yhat])
+        Yhat = np.asarray(_call(self._cache[key], theta_or_p, traj.S[0], traj.U.T, traj.t[None, :])).T
+        return np.vstack([traj.Y[:1], Yhat])

@@ -1,0 +1,74 @@
+"""``report.md`` of a fit: settings, parameters, loss curves, a validation rollout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from . import outputs as out
+
+__all__ = ["write_report"]
+
+
+def _fmt(v) -> str:
+    return "–" if v is None or v != v else f"{v:.6g}"
+
+
+def _parameter_rows(run, summary) -> list[str]:
+    specs = {q.name: q for q in run.model.params}
+    rows = ["| parameter | start | fitted | std. error | bounds |", "|---|---|---|---|---|"]
+    for i, name in enumerate(run.num.p_names[: run.layout.n_phys]):
+        if name not in run.layout.free_names:
+            continue
+        q = specs.get(name)
+        bounds = f"[{_fmt(q.lower) if q and q.lower is not None else '−∞'}, {_fmt(q.upper) if q and q.upper is not None else '∞'}]"
+        rows.append(f"| `{name}` | {_fmt(float(run.p_start[i]))} | {_fmt(summary['params'][name])} | "
+                    f"{_fmt(summary['stderr'].get(name))} | {bounds} |")
+    return rows
+
+
+def _validation_plot(run, theta, out_dir: Path) -> str:
+    trajs = run.val.trajectories or run.train.trajectories
+    which = "validation" if run.val.trajectories else "training (no validation data)"
+    traj = trajs[0]
+    predicted = run.loss.predict(theta, traj)
+    title = f"{run.model.name}: {which} trajectory {traj.label}, rollout from its first sample"
+    out.plot_validation(out_dir / "validation.png", traj.t, traj.Y, predicted, run.data.observed, title)
+    return f"{which} trajectory {traj.label} ({len(traj) - 1} steps, t = {traj.t[0]:g} … {traj.t[-1]:g})"
+
+
+def write_report(run, result, summary, out_dir: Path) -> None:
+    h = summary["history"]
+    out.write_history(out_dir / "history.csv", h)
+    out.plot_losses(out_dir / "loss.png", h, run.cfg.loss)
+    shown = _validation_plot(run, result.state.theta, out_dir)
+    c = run.cfg
+    secs = np.asarray(h["seconds"], dtype=float)
+    lines = [
+        f"# Fit report: {run.model.name}",
+        "",
+        f"- model: `{run.model_path}`",
+        f"- data: `{run.data.path}`: {len(run.train.trajectories)} training and {len(run.val.trajectories)} validation "
+        f"trajectories (split by trajectory, seed {c.seed}), dt = {run.data.dt:g}",
+        f"- observed columns: {', '.join(f'`{n}`' for n in run.data.observed)}",
+        f"- loss: {c.loss} over chunks of {c.chunk} steps (stride {c.stride}), {c.integrator} with {c.substeps} "
+        f"step(s) per interval (BENCHMARKS A5)",
+        f"- optimiser: {c.method}, {summary['epochs']} epochs" + (" (converged)" if summary["converged"] else "")
+        + (f", lr {c.lr:g} (cosine), weight decay {c.weight_decay:g}, batch {c.batch}" if c.method == "adamw" else ""),
+        f"- time: {secs.sum():.1f} s in all, {secs.mean():.3g} s per epoch" if secs.size else "- time: –",
+        f"- final loss: training {_fmt(summary['train_loss'])}, validation {_fmt(summary['val_loss'])}",
+        "",
+    ]
+    if run.layout.free_names:
+        lines += ["## Parameters", "", *_parameter_rows(run, summary), ""]
+    if run.layout.networks:
+        specs = {nn.name: nn for nn in run.num.system.neural}
+        lines += ["## Networks", "", "| network | layers | activation | weights |", "|---|---|---|---|"]
+        for net in run.layout.networks:
+            nn = specs[net.name]
+            lines.append(f"| `{net.name}` | {nn.n_in} → {' → '.join(map(str, nn.hidden))} → {nn.n_out} | {nn.act} | {net.size} |")
+        lines += ["", "Weights: `networks.npz` (flat vectors and torch `Sequential` state-dict arrays).", ""]
+    lines += ["## Loss curves", "", "![loss curves](loss.png)", "", "## Predicted vs measured", "",
+              f"Rollout of the fitted model over the whole {shown}.", "", "![validation rollout](validation.png)", ""]
+    out.write_text(out_dir / "report.md", "\n".join(lines) + "\n")

@@ -1,0 +1,244 @@
+"""Optimisers: Levenberg–Marquardt for a few physical parameters, AdamW for networks.
+
+* ``gauss-newton``: Levenberg–Marquardt (Marquardt's diagonal scaling) on the stacked chunk
+  residuals, with the exact Jacobian dr/dθ from CasADi (forward mode through the rollouts).
+  One epoch is one accepted step on all training chunks. It minimises the MSE loss; bounds are
+  kept by the reparametrisation of :mod:`pdsl.fit.params`. At the end, standard errors come
+  from s²(JᵀJ)⁻¹ (delta method to the parameters) — indicative only, since noise on a chunk's
+  first sample correlates its residuals.
+* ``adamw``: torch AdamW on minibatches of chunks with the BENCHMARKS A5 defaults (lr 3e-3,
+  weight decay 1e-4 on the networks, none on the physical parameters, cosine annealing without
+  restarts over the epochs, minibatch 200); the gradient comes from CasADi through
+  :func:`pdsl.fit.torch_bridge.casadi_loss`.
+
+Both are deterministic for a given seed (the minibatch order of epoch e is drawn from
+``default_rng([seed, e])``, and the learning rate is the closed form of cosine annealing), so a
+run resumed from a checkpoint ends exactly where an uninterrupted run does.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..diagnostics import PdslError
+from .checkpoint import State
+from .data import Chunks
+from .loss import ChunkLoss
+
+__all__ = ["TrainOptions", "Result", "gauss_newton", "adamw", "cosine_lr", "METHODS"]
+
+METHODS = ("auto", "gauss-newton", "adamw")
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    epochs: int = 100
+    batch: int = 200
+    lr: float = 3e-3
+    lr_min: float = 0.0
+    weight_decay: float = 1e-4
+    seed: int = 0
+    tol: float = 1e-10  # Gauss–Newton: stop when the relative decrease of the cost falls below it
+    stop_after: int | None = None  # end this run after this many epochs in total (resume later)
+    progress: bool = True
+
+
+@dataclass
+class Result:
+    state: State
+    finished: bool  # all epochs done, or converged
+    stderr: np.ndarray | None = None  # Gauss–Newton: standard errors of θ
+
+
+Callback = Callable[[State], None]
+
+
+def _bar(opts: TrainOptions, state: State, label: str):
+    from tqdm import tqdm
+
+    return tqdm(total=opts.epochs, initial=state.epoch, desc=label, unit="epoch", disable=not opts.progress,
+                dynamic_ncols=True, leave=True)
+
+
+def _record(state: State, train: float, val: float, lr: float, seconds: float) -> None:
+    h = state.history
+    h["train"].append(float(train))
+    h["val"].append(float(val) if val == val else None)
+    h["lr"].append(float(lr))
+    h["seconds"].append(float(seconds))
+    state.epoch += 1
+
+
+def _postfix(bar, state: State) -> None:
+    h = state.history
+    val = h["val"][-1]
+    bar.set_postfix(loss=f"{h['train'][-1]:.3e}", val="-" if val is None else f"{val:.3e}", refresh=False)
+    bar.update(1)
+
+
+def _last_epoch(opts: TrainOptions) -> int:
+    return opts.epochs if opts.stop_after is None else min(opts.epochs, opts.stop_after)
+
+
+# ---------------------------------------------------------------- Levenberg–Marquardt
+def _stacked_residuals(loss: ChunkLoss, theta, chunks: Chunks, batch: int):
+    rs, Js = [], []
+    for start in range(0, len(chunks), batch):
+        r, J = loss.residuals(theta, chunks.take(slice(start, start + batch)))
+        rs.append(r)
+        Js.append(J)
+    return np.concatenate(rs), np.vstack(Js)
+
+
+def gauss_newton(loss: ChunkLoss, train: Chunks, val: Chunks, state: State, opts: TrainOptions,
+                 on_epoch: Callback | None = None) -> Result:
+    """Levenberg–Marquardt epochs from ``state`` until ``opts.epochs``, convergence or ``stop_after``."""
+    if loss.spec.loss != "mse":
+        raise PdslError.at("BadOption", "gauss-newton minimises the mse loss", hint="use --loss mse, or --method adamw for l1")
+    scale = loss._scale(len(train))
+    mu = float(state.extra.get("mu", 1e-3))
+    bar = _bar(opts, state, "gauss-newton")
+    try:
+        while state.epoch < _last_epoch(opts) and not state.extra.get("converged"):
+            t0 = time.perf_counter()
+            theta = np.asarray(state.theta, dtype=float)
+            r, J = _stacked_residuals(loss, theta, train, opts.batch)
+            cost = float(r @ r)
+            theta, cost_new, mu, accepted = _lm_step(loss, train, theta, r, J, cost, mu, scale)
+            state.theta = theta
+            state.extra["mu"] = mu
+            if not accepted or cost - cost_new <= opts.tol * cost:
+                state.extra["converged"] = True
+            _record(state, cost_new * scale, loss.value(theta, val, opts.batch) if len(val) else float("nan"), mu,
+                    time.perf_counter() - t0)
+            _postfix(bar, state)
+            if on_epoch:
+                on_epoch(state)
+    finally:
+        bar.close()
+    done = bool(state.extra.get("converged")) or state.epoch >= opts.epochs
+    return Result(state=state, finished=done, stderr=_standard_errors(loss, train, state.theta, opts.batch))
+
+
+def _lm_step(loss, train, theta, r, J, cost, mu, scale, max_tries: int = 12):
+    """One accepted Levenberg–Marquardt step (damping ×1/3 on success, ×4 on failure)."""
+    A = J.T @ J
+    g = J.T @ r
+    D = np.diag(np.maximum(np.diag(A), 1e-12 * max(np.max(np.diag(A)), 1e-300)))
+    for _ in range(max_tries):
+        try:
+            step = -np.linalg.solve(A + mu * D, g)
+        except np.linalg.LinAlgError:
+            mu *= 4
+            continue
+        trial = theta + step
+        try:
+            value = loss.value(trial, train)
+        except PdslError:  # e.g. an implicit stage solve failing far from the data: reject the step
+            value = np.inf
+        cost_new = value / scale if np.isfinite(value) else np.inf
+        if cost_new < cost:
+            return trial, cost_new, max(mu / 3, 1e-12), True
+        mu *= 4
+    return theta, cost, mu, False
+
+
+def _standard_errors(loss, train, theta, batch) -> np.ndarray | None:
+    r, J = _stacked_residuals(loss, theta, train, batch)
+    dof = len(r) - J.shape[1]
+    if dof <= 0:
+        return None
+    try:
+        cov = np.linalg.inv(J.T @ J) * float(r @ r) / dof
+    except np.linalg.LinAlgError:
+        return None
+    return np.sqrt(np.maximum(np.diag(cov), 0.0))
+
+
+# ---------------------------------------------------------------- AdamW
+def cosine_lr(epoch: int, opts: TrainOptions) -> float:
+    """Cosine annealing without restarts (torch's CosineAnnealingLR, T_max = epochs), closed form."""
+    return opts.lr_min + (opts.lr - opts.lr_min) * (1 + math.cos(math.pi * epoch / opts.epochs)) / 2
+
+
+def _torch_params(loss: ChunkLoss, theta: np.ndarray):
+    import torch
+
+    layout = loss.layout
+    blocks = [(0, layout.n_free, 0.0)] if layout.n_free else []
+    blocks += [(layout.n_free + net.offset - layout.n_phys, net.size, None) for net in layout.networks]
+    tensors = [torch.tensor(theta[a : a + n], dtype=torch.float64, requires_grad=True) for a, n, _ in blocks]
+    return tensors, [wd for _, _, wd in blocks]
+
+
+def _optimizer(tensors, decays, opts: TrainOptions):
+    import torch
+
+    groups = [{"params": [t], "weight_decay": opts.weight_decay if wd is None else wd} for t, wd in zip(tensors, decays)]
+    return torch.optim.AdamW(groups, lr=opts.lr)
+
+
+def _save_optimizer(opt) -> dict:
+    arrays = {}
+    for i, st in opt.state_dict()["state"].items():
+        for k, v in st.items():
+            arrays[f"{i}.{k}"] = v.detach().cpu().numpy() if hasattr(v, "numpy") else np.asarray(v)
+    return arrays
+
+
+def _load_optimizer(opt, arrays: dict) -> None:
+    import torch
+
+    if not arrays:
+        return
+    sd = opt.state_dict()
+    state: dict = {}
+    for key, v in arrays.items():
+        i, k = key.split(".", 1)
+        state.setdefault(int(i), {})[k] = torch.from_numpy(np.array(v))
+    sd["state"] = state
+    opt.load_state_dict(sd)
+
+
+def adamw(loss: ChunkLoss, train: Chunks, val: Chunks, state: State, opts: TrainOptions,
+          on_epoch: Callback | None = None) -> Result:
+    """AdamW epochs over shuffled minibatches of chunks (BENCHMARKS A5)."""
+    import torch
+
+    from .torch_bridge import casadi_loss
+
+    tensors, decays = _torch_params(loss, np.asarray(state.theta, dtype=float))
+    opt = _optimizer(tensors, decays, opts)
+    _load_optimizer(opt, state.arrays)
+    bar = _bar(opts, state, "adamw")
+    try:
+        while state.epoch < _last_epoch(opts):
+            t0 = time.perf_counter()
+            lr = cosine_lr(state.epoch, opts)
+            for group in opt.param_groups:
+                group["lr"] = lr
+            order = np.random.default_rng([opts.seed, state.epoch]).permutation(len(train))
+            total = 0.0
+            for start in range(0, len(order), opts.batch):
+                part = train.take(order[start : start + opts.batch])
+                fn = loss.value_grad_function(len(part))
+                value = casadi_loss(fn, torch.cat(tensors), *loss.batch_args(part))
+                opt.zero_grad()
+                value.backward()
+                opt.step()
+                total += float(value.detach()) * len(part)
+            state.theta = torch.cat(tensors).detach().numpy().copy()
+            state.arrays = _save_optimizer(opt)
+            val_loss = loss.value(state.theta, val, opts.batch) if len(val) else float("nan")
+            _record(state, total / len(train), val_loss, lr, time.perf_counter() - t0)
+            _postfix(bar, state)
+            if on_epoch:
+                on_epoch(state)
+    finally:
+        bar.close()
+    return Result(state=state, finished=state.epoch >= opts.epochs)

@@ -1,0 +1,168 @@
+"""`pdsl fit` and `pdsl evaluate` from the command line: outputs, settings, resume, errors."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fit_helpers import cli
+
+from pdsl.fit.checkpoint import load_checkpoint
+from pdsl.pipeline import load_models
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def fit(model, data, out, *extra):
+    return cli("fit", model, "--data", data, "-o", out, "--quiet", *extra)
+
+
+def test_fit_writes_every_output(tmp_path, spring_model, small_spring_data, capsys):
+    out = tmp_path / "out"
+    assert fit(spring_model, small_spring_data, out, "--free", "m1,m2", "--val-fraction", "0.25") == 0
+    text = capsys.readouterr().out
+    assert "m1 = 1.3" in text and "m2 = 0.7" in text
+    for name in ("params.json", "report.md", "loss.png", "validation.png", "history.csv", "checkpoint.npz",
+                 "spring_pendulum.fitted.phm"):
+        assert (out / name).is_file(), name
+    params = json.loads((out / "params.json").read_text())
+    assert params["params"]["m1"]["free"] and not params["params"]["g"]["free"]
+    assert params["values"]["m1"] == pytest.approx(1.3, rel=1e-3)
+    fitted = {q.name: q.default for q in load_models(out / "spring_pendulum.fitted.phm")[0].params}
+    assert fitted["m1"] == params["values"]["m1"] and fitted["g"] == 9.81
+    report = (out / "report.md").read_text()
+    assert "![loss curves](loss.png)" in report and "| `m1` |" in report
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporaries left
+
+
+def test_evaluate_prints_a6_metrics(tmp_path, spring_model, small_spring_data, capsys):
+    out = tmp_path / "out"
+    assert fit(spring_model, small_spring_data, out, "--free", "m1,m2") == 0
+    capsys.readouterr()
+    js, png = tmp_path / "m.json", tmp_path / "err.png"
+    assert cli("evaluate", spring_model, "--data", small_spring_data, "--params", out / "params.json",
+               "--json", js, "--plot", png) == 0
+    table = capsys.readouterr().out
+    assert "relative error (geometric mean over t>0)" in table and "constraint RMS" in table
+    fitted = json.loads(js.read_text())
+    assert png.is_file()
+    assert cli("evaluate", spring_model, "--data", small_spring_data, "--json", js) == 0  # start values m = 1, 1
+    start = json.loads(js.read_text())
+    key = "relative error (geometric mean over t>0)"
+    assert fitted[key]["mean"] < 1e-2 * start[key]["mean"]
+    assert fitted["energy error (mean over t)"]["mean"] < 1e-3
+
+
+def test_config_file_and_flag_precedence(tmp_path, spring_model, small_spring_data):
+    cfg = tmp_path / "fit.toml"
+    cfg.write_text(f'data = "{os.path.relpath(small_spring_data, tmp_path)}"\nfree = ["m1", "m2"]\n'
+                   'epochs = 1\nchunk = 5\nseed = 3\n[param]\nm1 = 1.25\n')
+    out = tmp_path / "out"
+    assert cli("fit", spring_model, "--config", cfg, "--chunk", "4", "-o", out, "--quiet") == 0
+    p = json.loads((out / "params.json").read_text())
+    assert p["epochs"] == 1 and p["settings"]["chunk"] == 4 and p["settings"]["seed"] == 3
+    assert p["params"]["m1"]["start"] == 1.25
+
+
+def test_config_errors_are_located(tmp_path, spring_model, capsys):
+    cfg = tmp_path / "fit.toml"
+    cfg.write_text('data = "x.csv"\nepoch = 3\n')
+    assert cli("fit", spring_model, "--config", cfg, "-o", tmp_path / "o") == 2
+    err = capsys.readouterr().err
+    assert f"{cfg}:2:1: error[BadConfig]: unknown setting `epoch`" in err
+    cfg.write_text('chunk = "four"\n')
+    assert cli("fit", spring_model, "--config", cfg, "-o", tmp_path / "o") == 2
+    assert "`chunk` must be an integer" in capsys.readouterr().err
+
+
+def test_user_errors_exit_2_and_write_nothing(tmp_path, spring_model, small_spring_data, capsys):
+    out = tmp_path / "out"
+    assert fit(spring_model, small_spring_data, out, "--free", "mass") == 2
+    assert "error[BadOption]: --free mass" in capsys.readouterr().err
+    assert fit(spring_model, small_spring_data, out) == 2  # nothing free
+    assert "NothingToFit" in capsys.readouterr().err
+    assert fit(spring_model, tmp_path / "none.csv", out, "--free", "m1") == 2
+    assert not out.exists()
+
+
+def _same_outputs(a: Path, b: Path):
+    pa, pb = json.loads((a / "params.json").read_text()), json.loads((b / "params.json").read_text())
+    assert pa["values"] == pb["values"]
+    assert pa["train_loss"] == pb["train_loss"] and pa["val_loss"] == pb["val_loss"]
+    assert (a / "history.csv").read_text().splitlines() != []
+    ha = np.loadtxt(a / "history.csv", delimiter=",", skiprows=1)[:, 1:3]
+    hb = np.loadtxt(b / "history.csv", delimiter=",", skiprows=1)[:, 1:3]
+    np.testing.assert_array_equal(ha, hb)
+    if (a / "networks.npz").exists():
+        with np.load(a / "networks.npz") as za, np.load(b / "networks.npz") as zb:
+            assert set(za.files) == set(zb.files)
+            for k in za.files:
+                np.testing.assert_array_equal(za[k], zb[k])
+
+
+def test_adamw_resume_equals_a_straight_run(tmp_path, nn_model, nn_data):
+    """2 epochs, stop, --resume to 4 == 4 epochs straight (seeded, deterministic: bitwise equal)."""
+    common = ["--epochs", "4", "--batch", "10", "--lr", "1e-2"]
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    assert fit(nn_model, nn_data, straight, *common) == 0
+    assert fit(nn_model, nn_data, resumed, *common, "--stop-after", "2") == 0
+    assert not (resumed / "params.json").exists()
+    state, _ = load_checkpoint(resumed / "checkpoint.npz")
+    assert state.epoch == 2 and state.arrays  # AdamW moments are in the checkpoint
+    assert fit(nn_model, nn_data, resumed, *common, "--resume") == 0
+    _same_outputs(straight, resumed)
+    assert json.loads((straight / "params.json").read_text())["epochs"] == 4
+
+
+def test_gauss_newton_resume_equals_a_straight_run(tmp_path, spring_model, small_spring_data):
+    common = ["--free", "m1,m2", "--tol", "0"]
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    assert fit(spring_model, small_spring_data, straight, *common, "--epochs", "4") == 0
+    assert fit(spring_model, small_spring_data, resumed, *common, "--epochs", "2") == 0
+    assert fit(spring_model, small_spring_data, resumed, *common, "--epochs", "4", "--resume") == 0
+    _same_outputs(straight, resumed)
+
+
+def test_resume_refuses_changed_settings(tmp_path, spring_model, small_spring_data, capsys):
+    out = tmp_path / "out"
+    assert fit(spring_model, small_spring_data, out, "--free", "m1,m2", "--epochs", "1") == 0
+    assert fit(spring_model, small_spring_data, out, "--free", "m1,m2", "--chunk", "3", "--resume") == 2
+    assert "BadResume" in capsys.readouterr().err
+    assert fit(spring_model, small_spring_data, tmp_path / "empty", "--free", "m1", "--resume") == 2
+    assert "NoCheckpoint" in capsys.readouterr().err
+
+
+def test_killed_run_resumes(tmp_path, nn_model, nn_data):
+    """Kill `pdsl fit` (SIGKILL) after its first checkpoint; --resume completes and nothing is torn."""
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "pdsl", "fit", str(nn_model), "--data", str(nn_data), "-o", str(out), "--quiet",
+           "--epochs", "500", "--batch", "5"]
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not (out / "checkpoint.npz").exists():
+            assert proc.poll() is None, "fit ended before its first checkpoint"
+            assert time.monotonic() < deadline, "no checkpoint within 60 s"
+            time.sleep(0.02)
+        time.sleep(0.3)  # most likely in the middle of a later epoch (or of writing its checkpoint)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert not (out / "params.json").exists()
+    state, _ = load_checkpoint(out / "checkpoint.npz")  # readable: never torn
+    assert 1 <= state.epoch < 500
+    target = state.epoch + 2
+    assert fit(nn_model, nn_data, out, "--epochs", str(target), "--batch", "5", "--resume") == 0
+    params = json.loads((out / "params.json").read_text())
+    assert params["epochs"] == target
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]
+    with np.load(out / "networks.npz") as z:
+        assert z["V"].shape == (25,) and np.all(np.isfinite(z["V"]))
+    assert load_models(out / "nn_pendulum.fitted.phm")[0].params[0].default == params["values"]["m"]
