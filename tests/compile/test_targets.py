@@ -45,6 +45,34 @@ end
 """
 
 
+CARTESIAN = """
+model Chain "two point masses on links (Cartesian, projection form)"
+  space 2
+  param m1 = 1.3, m2 = 0.7, g = 9.81
+  body b1 = point(mass = m1)
+  body b2 = point(mass = m2)
+  link ground, b1, length = 1.0
+  link b1, b2, length = 1.2
+  gravity g
+end
+"""
+
+PORT_HAMILTONIAN = """
+model MSD "p-H network, force input"
+  param m = 1.0, k = 4.0, d = 0.3
+  input F
+  flow_store mass(p) energy p^2/(2*m)
+  effort_store spring(q) energy k*q^2/2
+  resistive damper: f = d*e
+  flow_source push = F
+  junction common_effort(mass, spring, damper, -push)
+end
+"""
+
+ALL = [HAMILTONIAN, LAGRANGIAN, PLAIN, CARTESIAN, PORT_HAMILTONIAN]
+IDS = ["hamiltonian", "lagrangian", "plain", "cartesian", "port-hamiltonian"]
+
+
 def _compiled(tmp_path, text, name):
     path = tmp_path / f"{name}.phm"
     path.write_text(text)
@@ -61,7 +89,7 @@ def _points(num, rng, n=20):
         )
 
 
-@pytest.mark.parametrize("text", [HAMILTONIAN, LAGRANGIAN, PLAIN], ids=["hamiltonian", "lagrangian", "plain"])
+@pytest.mark.parametrize("text", ALL, ids=IDS)
 def test_casadi_target_roundtrip(tmp_path, text):
     c = _compiled(tmp_path, text, "m")
     compile_to(c.numeric, "casadi", tmp_path / "out")
@@ -75,7 +103,7 @@ def test_casadi_target_roundtrip(tmp_path, text):
         assert np.max(np.abs(a - b)) <= 1e-12 * max(1, np.max(np.abs(b)))
 
 
-@pytest.mark.parametrize("text", [HAMILTONIAN, LAGRANGIAN, PLAIN], ids=["hamiltonian", "lagrangian", "plain"])
+@pytest.mark.parametrize("text", ALL, ids=IDS)
 def test_python_target_matches(tmp_path, text):
     c = _compiled(tmp_path, text, "m")
     files = compile_to(c.numeric, "python", tmp_path / "py")
@@ -94,8 +122,9 @@ def test_python_target_matches(tmp_path, text):
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
-def test_c_target_compiles_runs_and_matches(tmp_path):
-    c = _compiled(tmp_path, LAGRANGIAN, "bead")
+@pytest.mark.parametrize("text", ALL, ids=IDS)
+def test_c_target_compiles_runs_and_matches(tmp_path, text):
+    c = _compiled(tmp_path, text, "m")
     compile_to(c.numeric, "c", tmp_path / "c")
     lib = ca.external("rhs", str(tmp_path / "c" / "libmodel.so"))
     rng = np.random.default_rng(2)
