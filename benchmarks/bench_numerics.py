@@ -561,7 +561,7 @@ def _torchdiffeq_loss_grad(w_np, x0, target, h):
 
 
 def _mx_rhs_manual(nx: int, n_p: int) -> ca.Function:
-    """What-if: the same rhs in one flat MX graph with dV/dq written out by hand (no nested Jacobian Function)."""
+    """Check: the same rhs in one flat MX graph with dV/dq written out by hand (what pdsl's MLP graph should match)."""
     t, x, p = ca.MX.sym("t"), ca.MX.sym("x", nx), ca.MX.sym("p", n_p)
     layers, k = [], 0
     for fan_in, fan_out in zip(NN_SIZES[:-1], NN_SIZES[1:]):
@@ -667,7 +667,8 @@ def bench_mlp_gradient(quick: bool) -> Section:
         f"the 1-D `hidden = [64, 64]` model of the brief has 4353). Loss = SSE of a {n_steps}-step RK4 rollout "
         f"(h = {h}) against a fixed target; gradient with respect to all {n_w} weights. pdsl: "
         "`make_loss_grad(f, grid, method=\"rk4\", mode=\"reverse\")` with `f = Function('f', [t, x, p], [num.rhs(t, x, p, [])])` "
-        "(∂V/∂q through CasADi's Jacobian of the MLP graph, then reverse mode through the `mapaccum` rollout). "
+        "(∂V/∂q by backpropagation written into the rhs graph, pdsl/backend/neural.py; the rhs inlined into the RK4 step; "
+        "reverse mode through the unrolled rollout, one call node of the step per step with p shared). "
         "torch: the same weights copied into float64 tensors in pdsl's layout (per layer W column-major fan_out×fan_in, then b), "
         "a hand-written RK4 loop, ∂V/∂q by `torch.autograd.grad(..., create_graph=True)`, then `torch.autograd.grad(loss, w)`."
     )
@@ -702,12 +703,15 @@ def bench_mlp_gradient(quick: bool) -> Section:
                    "(minima)", "max |g − g_pdsl| / max |g_pdsl|"], rows))
     prof = [
         ["pdsl forward rollout only (`make_trajectory`, rk4)", t_pdsl_fwd.fmt(), f"{t_pdsl_fwd.median / t_pdsl.median:.0%} of the gradient time"],
-        [f"pdsl: {n_eval} rhs evaluations (`f.map`, p broadcast)", t_rhs.fmt(), f"{t_rhs.median / n_eval * 1e6:.1f} µs per rhs"],
-        [f"pdsl: {n_eval} rhs vector–Jacobian products (`f.reverse(1).map`)", t_vjp.fmt(), f"{t_vjp.median / n_eval * 1e6:.1f} µs per VJP"],
+        [f"the rhs Function `f` on its own: {n_eval} evaluations (`f.map`, p broadcast)", t_rhs.fmt(),
+         f"{t_rhs.median / n_eval * 1e6:.1f} µs per rhs (the RK4 step inlines f instead, weights sliced once per step)"],
+        [f"the rhs Function `f` on its own: {n_eval} vector–Jacobian products (`f.reverse(1).map`)", t_vjp.fmt(),
+         f"{t_vjp.median / n_eval * 1e6:.1f} µs per VJP"],
         [f"CasADi MX: one {nh}×{nh} mat–vec `mtimes(reshape(p[…]), h)` / its VJP", f"{t_mv * 1e6:.1f} µs / {t_mv_vjp * 1e6:.1f} µs",
          f"{t_mv / (nh * nh) * 1e9:.1f} ns per multiply–add forward"],
         ["pdsl: one-time `compile_model` / `make_loss_grad` build", f"{t_compile * 1e3:.0f} ms / {t_build * 1e3:.0f} ms", ""],
-        ["what-if: same gradient, ∂V/∂q written by hand in one MX graph (not what pdsl generates)", tm["manual_mx"].fmt(),
+        ["pdsl: CasADi work vector of the gradient Function (`sz_w`, allocated per call)", f"{loss_grad.sz_w() * 8 / 2**20:.2f} MiB", ""],
+        ["check: same gradient, rhs written by hand in one MX graph (∂V/∂q by hand, no pdsl model)", tm["manual_mx"].fmt(),
          f"{tm['manual_mx'].median / t_pdsl.median:.0%} of pdsl's time; gradient differs by {d_manual:.0e}"],
         ["what-if: pdsl's gradient Function through CasADi's JIT (`jit=True`, cc -O2)",
          tm["jit"].fmt() if lg_jit is not None else f"n/a ({jit_error})",
@@ -722,15 +726,14 @@ def bench_mlp_gradient(quick: bool) -> Section:
             f" Why: the reverse sweep dominates — the forward rollout is only {t_pdsl_fwd.median / t_pdsl.median:.0%} "
             f"of the gradient time, and one rhs VJP costs {t_vjp.median / n_eval * 1e6:.0f} µs against {t_rhs.median / n_eval * 1e6:.0f} µs "
             "for the rhs (the VJP of an rhs that contains ∂V/∂q is a second-order derivative of the MLP). Inside it the "
-            f"{nh}×{nh} matrix products dominate: CasADi's MX `mtimes` is a generic sparse kernel "
+            f"{nh}×{nh} matrix products dominate: CasADi's dense MX `mtimes` runs its reference kernel "
             f"({t_mv / (nh * nh) * 1e9:.1f} ns per multiply–add; the VJP of one mat–vec, with an explicit transpose of W and an "
             f"outer product into a zeroed {nh}×{nh} matrix plus the accumulation into the {n_w}-long adjoint of p, takes "
             f"{t_mv_vjp * 1e6:.0f} µs), while torch runs the same products in BLAS and loses its time to per-operation dispatch "
-            "instead. Part of the cost is pdsl's: ∂V/∂q comes from a nested CasADi Jacobian Function of the MLP "
-            f"(pdsl/backend/neural.py, `MLPGraph._jac`); the same model with ∂V/∂q written out in one MX graph takes "
-            f"{tm['manual_mx'].median / t_pdsl.median:.0%} of the time ({t_alt.median / tm['manual_mx'].median:.2f}× faster than torch), "
-            + (f"and CasADi's JIT of pdsl's gradient Function {tm['jit'].median / t_pdsl.median:.0%} "
-               f"({t_alt.median / tm['jit'].median:.2f}× faster than torch)." if lg_jit is not None else "")
+            f"instead. For comparison, the rhs written by hand in one MX graph takes {tm['manual_mx'].median / t_pdsl.median:.0%} "
+            f"of pdsl's time ({t_alt.median / tm['manual_mx'].median:.2f}× faster than torch)"
+            + (f", and CasADi's JIT of pdsl's gradient Function {tm['jit'].median / t_pdsl.median:.0%} "
+               f"({t_alt.median / tm['jit'].median:.2f}× faster than torch)." if lg_jit is not None else ".")
         )
         sec.add(
             f"**Result:** pdsl computes the gradient {summary_alt[1]:.2f}× faster than torch autograd (best thread setting) — "
@@ -806,9 +809,13 @@ def memory_worker(spec: dict) -> dict:
         times.append(once(lambda: lg(x0, w, target))[1])
     return {
         "growth": growth, "method": "VmHWM after clear_refs" if have_hwm else "ru_maxrss delta", "base_rss": base,
-        "sz_w": lg.sz_w() * 8, "rollout_sz_w": rollout_sz_w, "t_build": t_build, "t_eval": statistics.median(times), "loss": float(L),
+        "sz_w": lg.sz_w() * 8, "rollout_sz_w": rollout_sz_w, "n_p": len(num.p_names), "t_build": t_build, "t_eval": statistics.median(times), "loss": float(L),
         "grad": np.asarray(gp).ravel().tolist() + np.asarray(gx0).ravel().tolist(),
     }
+
+
+def _per_step(nbytes: float) -> str:
+    return f"{nbytes / 1024:.0f} KiB per step" if abs(nbytes) >= 10 * 1024 else f"{nbytes:.0f} bytes per step"
 
 
 def bench_memory(quick: bool) -> Section:
@@ -861,6 +868,8 @@ def bench_memory(quick: bool) -> Section:
     adj, rev, cv = ("midpoint", "adjoint"), ("midpoint", "reverse"), ("cvodes", "adjoint")
     flat_adj = g[adj] < 2 * g_lo[adj] + 4 * 2**20
     flat_cv = g[cv] < 2 * g_lo[cv] + 4 * 2**20
+    flat_rev = g[rev] < 2 * g_lo[rev] + 4 * 2**20
+    n_p = results[("nn", *adj, hi)]["n_p"]
     t_adj = results[("nn", *adj, hi)]["t_eval"]
     roll = results[("nn", *adj, hi)]["rollout_sz_w"]
     small = ""
@@ -871,21 +880,22 @@ def bench_memory(quick: bool) -> Section:
     t_rev = results[("nn", *rev, hi)]["t_eval"]
     sec.add(
         f"**Result (MLP model, N = {lo} → {hi}):** the discrete midpoint adjoint grows from {g_lo[adj] / 2**20:.1f} to "
-        f"{g[adj] / 2**20:.1f} MiB ({slope[adj] / 1024:.0f} KiB per step) — it does **{'' if flat_adj else 'not '}stay flat**; "
-        f"unrolled reverse mode grows from {g_lo[rev] / 2**20:.1f} to {g[rev] / 2**20:.1f} MiB ({slope[rev] / 1024:.0f} KiB per step); "
+        f"{g[adj] / 2**20:.1f} MiB ({_per_step(slope[adj])}) — it does **{'' if flat_adj else 'not '}stay flat**; "
+        f"unrolled reverse mode grows from {g_lo[rev] / 2**20:.1f} to {g[rev] / 2**20:.1f} MiB ({_per_step(slope[rev])}); "
         f"the CVODES adjoint {'stays flat' if flat_cv else 'grows'} ({g_lo[cv] / 2**20:.1f} → {g[cv] / 2**20:.1f} MiB). "
         f"At N = {hi} the midpoint adjoint is {t_rev / t_adj:.1f}× faster than unrolled reverse mode and gives the same gradient "
         "to round-off."
-        + ("" if flat_adj else
-           " Why the discrete adjoint is not flat: the per-step memory is ≈ 3–4 copies of the parameter vector "
-           f"(8185 doubles = 64 KiB), not state-sized. `Function.mapaccum` takes every non-accumulated input per step, so "
-           "`make_rollout` (pdsl/numerics/fixed_step.py) passes p as an np×N matrix (CasADi repmats the np×1 column N times and "
-           "splits it into N slices) — the forward rollout alone needs "
-           + (f"{roll / 2**20:.0f} MiB of work vector at N = {hi}" if roll else "O(N·np) memory")
-           + " — and `make_midpoint_adjoint` (pdsl/numerics/sensitivity.py) does the same for the backward `mapaccum` and also "
-           "materialises its accumulated output `gp` for every step (np×N) although only the last column is used. The "
-           "algorithm needs O(N·nx) (the forward states); the implementation stores O(N·np). The same graph size shows in the "
-           f"build time of `make_loss_grad` ({b_lo * 1e3:.0f} ms at N = {lo}, {b_hi:.1f} s at N = {hi}).")
+        + (" The adjoint keeps the forward states (nx doubles per step) and carries (λ, grad_p) through an unrolled chain of "
+           "calls of one adjoint step, grad_p as a running sum; p enters once, never copied per step "
+           "(pdsl/numerics/sensitivity.py, `make_midpoint_adjoint`)." if flat_adj else
+           f" Why the discrete adjoint is not flat: it needs {slope[adj] / 8 / n_p:.2f} copies of the parameter vector "
+           f"({n_p} doubles) per step instead of O(nx); the forward rollout alone has "
+           + (f"{roll / 2**20:.1f} MiB of work vector at N = {hi}" if roll else "an unknown work vector")
+           + f"; build time of `make_loss_grad` {b_lo * 1e3:.0f} ms at N = {lo}, {b_hi:.1f} s at N = {hi}.")
+        + (" Unrolled reverse mode is flat as well: the rollout graph holds one call node of the step Function per step with p "
+           "shared, and reverse mode through a call re-evaluates that step inside its derivative Function (checkpointing per "
+           "step), so only the states between steps are kept; the steps' contributions to grad_p are summed as they are formed "
+           "(`make_loss_grad` evaluates grad_p first)." if flat_rev else "")
         + small
     )
     sec.summary.append([f"4 peak memory, N = {lo} → {hi} (MLP, 8185 params)",

@@ -135,7 +135,8 @@ def render(diagnostics, color: bool = False) -> str:
         where = f"{d.span}: " if d.span else ""
         head = f"{d.severity}[{d.code}]"
         if color:
-            head = f"\x1b[1;31m{head}\x1b[0m"
+            tint = {"error": "31", "warning": "33"}.get(d.severity, "36")
+            head = f"\x1b[1;{tint}m{head}\x1b[0m"
         out.append(f"{where}{head}: {d.message}")
         if d.span:
             out.extend(_excerpt(d.span))

@@ -1,4 +1,15 @@
-"""Neural components as CasADi MX graphs whose weights are parameters."""
+"""Neural components as CasADi graphs whose weights are parameters.
+
+An MLP ``y = W_L s(... s(W_1 x + b_1) ...) + b_L`` is written straight into the caller's graph
+(MX or SX, dense ``mtimes``), together with its input Jacobian by explicit backpropagation,
+
+    dy/dx = W_L D_{L-1} W_{L-1} ... D_1 W_1,   D_l = diag(s'(z_l)),  z_l = W_l h_{l-1} + b_l,
+
+evaluated from the output side (``W_l^T g`` as ``(g^T W_l)^T``, so no transposed weight matrix
+is formed). Both share one forward pass. Derivatives of the model (e.g. reverse mode through a
+rollout of a Hamiltonian with ``dV/dq`` in it) then differentiate this flat graph: no nested
+CasADi Jacobian Function, whose derivative would re-run its own forward pass.
+"""
 
 from __future__ import annotations
 
@@ -9,15 +20,30 @@ import numpy as np
 
 from ..resolve.model import Neural
 
+_SQRT2 = np.sqrt(2.0)
+_INV_SQRT_2PI = 1.0 / np.sqrt(2.0 * np.pi)
+
 _ACT = {
     "tanh": ca.tanh,
     "relu": lambda x: ca.fmax(x, 0),
     "softplus": lambda x: ca.log1p(ca.exp(-ca.fabs(x))) + ca.fmax(x, 0),
     "sin": ca.sin,
     "elu": lambda x: ca.if_else(x > 0, x, ca.expm1(x)),
-    "gelu": lambda x: 0.5 * x * (1 + ca.erf(x / np.sqrt(2.0))),
+    "gelu": lambda x: 0.5 * x * (1 + ca.erf(x / _SQRT2)),
     "sigmoid": lambda x: 1 / (1 + ca.exp(-x)),
     "identity": lambda x: x,
+}
+
+# s'(z) given z and h = s(z) (reused where it is cheaper: tanh, sigmoid)
+_DACT = {
+    "tanh": lambda z, h: 1 - h * h,
+    "relu": lambda z, h: z > 0,
+    "softplus": lambda z, h: 1 / (1 + ca.exp(-z)),
+    "sin": lambda z, h: ca.cos(z),
+    "elu": lambda z, h: ca.if_else(z > 0, 1, ca.exp(z)),
+    "gelu": lambda z, h: 0.5 * (1 + ca.erf(z / _SQRT2)) + z * _INV_SQRT_2PI * ca.exp(-0.5 * z * z),
+    "sigmoid": lambda z, h: h * (1 - h),
+    "identity": None,  # D_l = I
 }
 
 
@@ -42,9 +68,45 @@ def init_weights(nn: Neural, seed: int) -> np.ndarray:
     return np.concatenate(out)
 
 
+def unpack_layers(nn: Neural, w) -> list:
+    """``[(W_l, b_l)]`` from the flat weight vector: per layer W (fan_out x fan_in, column-major), then b."""
+    layers, k = [], 0
+    for fan_in, fan_out in zip(layer_sizes(nn)[:-1], layer_sizes(nn)[1:]):
+        W = ca.reshape(w[k : k + fan_in * fan_out], fan_out, fan_in)
+        k += fan_in * fan_out
+        layers.append((W, w[k : k + fan_out]))
+        k += fan_out
+    return layers
+
+
+def mlp_forward_backward(nn: Neural, x, w):
+    """``(y, J)``: the MLP output (n_out) at x and its Jacobian dy/dx (n_out x n_in), one graph."""
+    act, dact = _ACT[nn.act], _DACT[nn.act]
+    layers = unpack_layers(nn, w)
+    h, slopes = x, []
+    for W, b in layers[:-1]:
+        z = ca.mtimes(W, h) + b
+        h = act(z)
+        slopes.append(None if dact is None else dact(z, h))
+    W_out, b_out = layers[-1]
+    y = ca.mtimes(W_out, h) + b_out
+    # G^T = dy/dh_l, from the output side: G^T <- (G^T D_l) W_l, one row per output
+    Gt = W_out
+    for (W, _), s in zip(reversed(layers[:-1]), reversed(slopes)):
+        if s is not None:
+            Gt = Gt * (s.T if Gt.size1() == 1 else ca.repmat(s.T, Gt.size1(), 1))
+        Gt = ca.mtimes(Gt, W)
+    return y, Gt
+
+
 @dataclass
 class MLPGraph:
-    """An MLP evaluated on MX inputs with weights taken from a slice of the parameter vector."""
+    """An MLP evaluated on MX (or SX) inputs with weights taken from a slice of the parameter vector.
+
+    ``output`` and ``gradient`` inline the network into the caller's graph, one forward (and
+    backward) pass per distinct input list; ``_f`` and ``_jac`` are the same formulas as
+    Functions of ``(x, w)``.
+    """
 
     nn: Neural
     weights: ca.MX  # this network's slice of p
@@ -52,36 +114,25 @@ class MLPGraph:
     def __post_init__(self):
         x = ca.MX.sym("x", self.nn.n_in)
         w = ca.MX.sym("w", n_weights(self.nn))
-        y = self._forward(x, w)
+        y, J = mlp_forward_backward(self.nn, x, w)
         self._f = ca.Function(f"nn_{self.nn.name}", [x, w], [y])
-        self._jac = ca.Function(f"nn_{self.nn.name}_jac", [x, w], [ca.jacobian(y, x)])
+        self._jac = ca.Function(f"nn_{self.nn.name}_jac", [x, w], [J])
         self._cache: dict = {}
 
     def _forward(self, x, w):
-        sizes = layer_sizes(self.nn)
-        act = _ACT[self.nn.act]
-        h, k = x, 0
-        for li, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
-            W = ca.reshape(w[k : k + fan_in * fan_out], fan_out, fan_in)
-            k += fan_in * fan_out
-            b = w[k : k + fan_out]
-            k += fan_out
-            h = ca.mtimes(W, h) + b
-            if li < len(sizes) - 2:
-                h = act(h)
-        return h
+        return mlp_forward_backward(self.nn, x, w)[0]
 
     def _key(self, inputs):
         return tuple(id(i) for i in inputs)
 
+    def _pass(self, inputs):
+        key = self._key(inputs)
+        if key not in self._cache:  # inputs kept alive with the entry, so that their ids stay theirs
+            self._cache[key] = (mlp_forward_backward(self.nn, ca.vertcat(*inputs), self.weights), inputs)
+        return self._cache[key][0]
+
     def output(self, k: int, inputs: list):
-        key = ("y", self._key(inputs))
-        if key not in self._cache:
-            self._cache[key] = (self._f(ca.vertcat(*inputs), self.weights), inputs)
-        return self._cache[key][0][k]
+        return self._pass(inputs)[0][k]
 
     def gradient(self, k: int, inputs: list, i: int):
-        key = ("J", self._key(inputs))
-        if key not in self._cache:
-            self._cache[key] = (self._jac(ca.vertcat(*inputs), self.weights), inputs)
-        return self._cache[key][0][k, i]
+        return self._pass(inputs)[1][k, i]

@@ -6,8 +6,6 @@ Settings come from flags, then a ``--config`` TOML file, then defaults (see
 
 from __future__ import annotations
 
-import sys
-
 from ..diagnostics import PdslError
 
 # flag -> FitConfig field, for flags that override a setting

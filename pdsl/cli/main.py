@@ -20,8 +20,11 @@ class _Parser(argparse.ArgumentParser):
         raise PdslError(Diagnostic("BadOption", message, hint=f"see `{self.prog} --help`"))
 
 
-def _common(p: argparse.ArgumentParser, *, model: bool = True) -> None:
-    p.add_argument("file", help="a .phm model file")
+def _common(p: argparse.ArgumentParser, *, model: bool = True, many: bool = False) -> None:
+    if many:
+        p.add_argument("files", nargs="+", metavar="file", help="one or more .phm model files")
+    else:
+        p.add_argument("file", help="a .phm model file")
     if model:
         p.add_argument("--model", help="which model of the file (needed when it holds several)")
     p.add_argument("--const", action="append", default=[], metavar="NAME=INT", help="override a structural const")
@@ -33,8 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="store_true", help="print the version and exit")
     sub = ap.add_subparsers(dest="command", parser_class=_Parser)
 
-    p = sub.add_parser("check", help="parse, resolve and check a model file")
-    _common(p, model=False)
+    p = sub.add_parser("check", help="parse, resolve and check model files")
+    _common(p, model=False, many=True)
 
     p = sub.add_parser("show", help="show states, parameters and the derived equations")
     _common(p)
@@ -94,24 +97,57 @@ def _consts(items: list[str]) -> dict[str, int]:
     return out
 
 
+def _velocity_notes(model) -> list[Diagnostic]:
+    """Integrability of the velocity constraints: a note per constraint that is holonomic in disguise."""
+    if not any(c.kind == "velocity" for c in model.constraints):
+        return []
+    from ..lower.integrability import classify_model_constraints
+
+    notes = []
+    for c, integrable, why in classify_model_constraints(model):
+        if integrable:
+            notes.append(Diagnostic(
+                "HolonomicInDisguise", f"velocity constraint {why}", c.span,
+                hint="it is the time derivative of a holonomic constraint; writing that constraint instead "
+                     "removes a degree of freedom and the drift of the integrated quantity",
+                severity="note"))
+    return notes
+
+
 def cmd_check(args) -> int:
     from ..lower import formalism_of
     from ..pipeline import load_models
 
-    models = load_models(args.file, consts=_consts(args.const))
-    if not models:
-        raise PdslError.at("EmptyFile", f"{args.file} defines no model")
-    for m in models:
-        counts = []
-        for label, n in (
-            ("params", len(m.params)), ("inputs", len(m.inputs)), ("outputs", len(m.outputs)),
-            ("variables", len(m.variables)), ("bodies", len(m.bodies)), ("connectors", len(m.connectors)),
-            ("constraints", len(m.constraints)), ("equations", len(m.equations)), ("networks", len(m.neural)),
-            ("elements", len(m.elements)),
-        ):
-            if n:
-                counts.append(f"{n} {label}")
-        print(f"ok  {m.name:<20} {formalism_of(m):<16} {', '.join(counts)}")
+    consts, failed = _consts(args.const), []
+    for path in args.files:
+        try:
+            models = load_models(path, consts=consts)
+            if not models:
+                raise PdslError.at("EmptyFile", f"{path} defines no model",
+                                   hint="a file holds `model Name ... end` blocks")
+        except PdslError as err:
+            print(render(err.diagnostics, color=sys.stderr.isatty()), file=sys.stderr)
+            failed.append(path)
+            continue
+        for m in models:
+            counts = []
+            for label, n in (
+                ("params", len(m.params)), ("inputs", len(m.inputs)), ("outputs", len(m.outputs)),
+                ("variables", len(m.variables)), ("bodies", len(m.bodies)), ("connectors", len(m.connectors)),
+                ("constraints", len(m.constraints)), ("equations", len(m.equations)), ("networks", len(m.neural)),
+                ("elements", len(m.elements)),
+            ):
+                if n:
+                    counts.append(f"{n} {label}")
+            where = f"{path}: " if len(args.files) > 1 else ""
+            print(f"ok  {where}{m.name:<20} {formalism_of(m):<16} {', '.join(counts)}")
+            notes = _velocity_notes(m)
+            if notes:
+                print(render(notes))
+    if failed:
+        if len(args.files) > 1:
+            print(f"{len(failed)} of {len(args.files)} files failed: {', '.join(failed)}", file=sys.stderr)
+        return EXIT_USER
     return EXIT_OK
 
 
@@ -123,6 +159,8 @@ def cmd_show(args) -> int:
     m = select_model(load_models(args.file, consts=_consts(args.const)), args.model, args.file)
     system = lower(m, args.formulation)
     sys.stdout.write(render_system(system, args.format, simplify=not args.raw, model=m))
+    if any(c.kind == "velocity" for c in m.constraints):
+        _show_integrability(m)
     if args.power:
         _show_power(m, system)
     if args.plot_structure:
@@ -132,6 +170,14 @@ def cmd_show(args) -> int:
         _write(lambda: plot_structure(m, to_casadi(system), args.plot_structure), args.plot_structure)
         print(f"structure plot -> {args.plot_structure}")
     return EXIT_OK
+
+
+def _show_integrability(model) -> None:
+    from ..lower.integrability import classify_model_constraints
+
+    print("\nVelocity constraints (Frobenius test):")
+    for c, integrable, why in classify_model_constraints(model):
+        print(f"  line {c.span.line}: {why}")
 
 
 def _with_power_outputs(model, system):

@@ -55,13 +55,10 @@ def load_checkpoint(path: str | Path) -> tuple[State, dict]:
     return state, header["fingerprint"]
 
 
-def remove_stale_temporaries(directory: str | Path) -> None:
-    """Temporaries a killed run left behind (``.NAME.xxxx`` next to NAME; see ``atomic_path``)."""
+def remove_stale_temporaries(directory: str | Path, names) -> None:
+    """Temporaries a killed run left behind for ``names`` (``.NAME.xxxx`` next to NAME; see ``atomic_path``)."""
     d = Path(directory)
     if d.is_dir():
         for tmp in d.glob(".*.*"):
-            if tmp.is_file() and any(tmp.name.startswith(f".{n}.") for n in _OUTPUT_NAMES):
+            if tmp.is_file() and any(tmp.name.startswith(f".{n}.") for n in names):
                 tmp.unlink(missing_ok=True)
-
-
-_OUTPUT_NAMES = (NAME, "params.json", "networks.npz", "report.md", "loss.png", "validation.png", "history.csv")

@@ -115,6 +115,11 @@ def resolve_defaults(cfg: FitConfig, has_networks: bool) -> FitConfig:
         cfg.method = "adamw" if has_networks else "gauss-newton"
     if cfg.loss == "auto":
         cfg.loss = "mse" if cfg.method == "gauss-newton" else "l1"
+    if cfg.method == "gauss-newton" and cfg.loss != "mse":
+        raise PdslError.at("BadOption", f"gauss-newton minimises the mse loss, not {cfg.loss}",
+                           hint="use --loss mse, or --method adamw")
+    if cfg.method == "adamw":
+        _require_torch()
     if cfg.epochs is None:
         cfg.epochs = 50 if cfg.method == "gauss-newton" else 2000
     if cfg.stride is None:
@@ -131,6 +136,14 @@ def resolve_defaults(cfg: FitConfig, has_networks: bool) -> FitConfig:
     if cfg.data is None:
         raise PdslError.at("BadOption", "no data: give --data CSV (or `data = ...` in the --config file)")
     return cfg
+
+
+def _require_torch() -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise PdslError.at("MissingDependency", "--method adamw needs torch",
+                           hint='install it with `pip install torch==2.13.0` (the "nn" extra), or use --method gauss-newton') from None
 
 
 def _digest(path: str | None) -> str | None:

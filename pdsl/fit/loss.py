@@ -189,7 +189,7 @@ class ChunkLoss:
         return self._cache[key]
 
     def _predict_graph(self, n: int, theta: ca.MX):
-        """MX symbols (s0, U, T) and the predicted states X and observations (n columns)."""
+        """MX symbols (s0, U, T), the predicted states X and observations Ŷ (n columns each)."""
         num = self.num
         s0 = ca.MX.sym("s0", len(num.report_names))
         U = ca.MX.sym("U", len(num.u_names), n + 1)
@@ -205,23 +205,34 @@ class ChunkLoss:
         return self.project(t0, x0, p) if self.project is not None else x0
 
     def _build_single(self, n: int) -> dict:
+        """The single-chunk graph: θ, data symbols, weighted residuals R and the loss L."""
         theta = ca.MX.sym("theta", self.layout.n_theta)
         s0, U, T, _, Yhat = self._predict_graph(n, theta)
         Y = ca.MX.sym("Y", len(self.observed), n)
         R = (Yhat - Y) * ca.repmat(self.weights, 1, n)
         L = ca.sum1(ca.sum2(ca.fabs(R))) if self.spec.loss == "l1" else ca.sumsqr(R)
-        ins, names = [theta, s0, Y, U, T], ["theta", "s0", "Y", "U", "T"]
-        r = ca.vec(R)
-        return {
-            "value": ca.Function("chunk_loss", ins, [L], names, ["L"]),
-            "value_grad": ca.Function("chunk_loss_grad", ins, [L, ca.gradient(L, theta)], names, ["L", "g"]),
-            "res_jac": ca.Function("chunk_res_jac", ins, [r, ca.jacobian(r, theta)], names, ["r", "J"]),
-        }
+        return {"ins": [theta, s0, Y, U, T], "L": L, "R": R}
+
+    def _single_function(self, kind: str) -> ca.Function:
+        """Built on first use: the Jacobian (Gauss–Newton only) is costly to form for networks."""
+        key = ("single", kind)
+        if key not in self._cache:
+            g = self._single
+            ins, names, theta = g["ins"], ["theta", "s0", "Y", "U", "T"], g["ins"][0]
+            if kind == "value":
+                fn = ca.Function("chunk_loss", ins, [g["L"]], names, ["L"])
+            elif kind == "value_grad":
+                fn = ca.Function("chunk_loss_grad", ins, [g["L"], ca.gradient(g["L"], theta)], names, ["L", "g"])
+            else:
+                r = ca.vec(g["R"])
+                fn = ca.Function("chunk_res_jac", ins, [r, ca.jacobian(r, theta)], names, ["r", "J"])
+            self._cache[key] = fn
+        return self._cache[key]
 
     def _mapped(self, kind: str, B: int) -> ca.Function:
         key = (kind, B)
         if key not in self._cache:
-            single = self._single[kind]
+            single = self._single_function(kind)
             if kind == "value_grad" and self.layout.n_theta > _REDUCE_ABOVE:
                 mapped = single.map(f"{kind}_{B}", "serial", B, [0], [0, 1], {})
             else:
@@ -238,7 +249,8 @@ class ChunkLoss:
         U = chunks.U.transpose(1, 0, 2).reshape(chunks.U.shape[1], B * (n + 1))
         return [chunks.S0.T, Y, U, chunks.T.reshape(1, -1)]
 
-    def _scale(self, B: int) -> float:
+    def entry_scale(self, B: int) -> float:
+        """1 / (number of compared entries) of a batch of B chunks: loss sums become means."""
         return 1.0 / (B * self.spec.steps * max(len(self.observed), 1))
 
     def value_grad_function(self, B: int) -> ca.Function:
@@ -248,7 +260,7 @@ class ChunkLoss:
             mapped = self._mapped("value_grad", B)
             ins = [ca.MX.sym(n, *s.shape) for n, s in zip(["theta", "S0", "Y", "U", "T"], self._batch_shapes(B))]
             L, G = mapped(*ins)
-            c = self._scale(B)
+            c = self.entry_scale(B)
             self._cache[key] = ca.Function("batch_loss_grad", ins, [c * ca.sum2(L), c * ca.sum2(G)],
                                            ["theta", "S0", "Y", "U", "T"], ["L", "g"])
         return self._cache[key]
@@ -267,39 +279,32 @@ class ChunkLoss:
             part = chunks.take(slice(start, start + batch))
             L = _call(self._mapped("value", len(part)), theta, *self.batch_args(part))
             total += float(ca.sum2(L))
-        return total * self._scale(len(chunks))
+        return total * self.entry_scale(len(chunks))
 
     def value_grad(self, theta: np.ndarray, chunks: Chunks) -> tuple[float, np.ndarray]:
         L, g = _call(self.value_grad_function(len(chunks)), theta, *self.batch_args(chunks))
         return float(L), np.asarray(g).ravel()
 
-    def residuals(self, theta: np.ndarray, chunks: Chunks, *, jacobian: bool = True):
+    def residuals(self, theta: np.ndarray, chunks: Chunks) -> tuple[np.ndarray, np.ndarray]:
         """Stacked weighted residuals r (all chunks) and dr/dθ (rows match r), for Gauss–Newton."""
         r, J = _call(self._mapped("res_jac", len(chunks)), theta, *self.batch_args(chunks))
         r = np.asarray(r).T.ravel()  # chunk after chunk
-        if not jacobian:
-            return r, None
         J = np.asarray(J)  # (m, nθ·B): chunk b's block in columns b·nθ ...
         m, nt = J.shape[0], self.layout.n_theta
         J = J.reshape(m, -1, nt).transpose(1, 0, 2).reshape(-1, nt)
         return r, J
 
     # ---- whole trajectories
-    def predict(self, theta_or_p: np.ndarray, traj: Trajectory, *, is_p: bool = False) -> np.ndarray:
-        """Observed columns predicted along a whole trajectory from its first sample ((n, n_obs), row 0 = data)."""
+    def predict(self, p: np.ndarray, traj: Trajectory) -> np.ndarray:
+        """Observed columns along a whole trajectory, rolled out from its first sample with parameters
+        ``p`` ((n, n_obs); row 0 is the data's first row)."""
         n = len(traj) - 1
-        key = ("predict", n, is_p)
+        key = ("predict", n)
         if key not in self._cache:
-            if is_p:
-                p = ca.MX.sym("p", len(self.num.p_names))
-                s0, U, T = ca.MX.sym("s0", len(self.num.report_names)), ca.MX.sym("U", len(self.num.u_names), n + 1), ca.MX.sym("T", 1, n + 1)
-                x0 = self._x0(T[0], s0, p)
-                X = self._rollout(n)(x0, p, U[:, :-1], U[:, 1:], T[:, :-1])
-                Yhat = self.obs.map(n)(T[:, 1:], X, p, U[:, 1:])
-                self._cache[key] = ca.Function("predict", [p, s0, U, T], [Yhat])
-            else:
-                theta = ca.MX.sym("theta", self.layout.n_theta)
-                s0, U, T, _, Yhat = self._predict_graph(n, theta)
-                self._cache[key] = ca.Function("predict", [theta, s0, U, T], [Yhat])
-        Yhat = np.asarray(_call(self._cache[key], theta_or_p, traj.S[0], traj.U.T, traj.t[None, :])).T
+            num = self.num
+            P = ca.MX.sym("p", len(num.p_names))
+            s0, U, T = ca.MX.sym("s0", len(num.report_names)), ca.MX.sym("U", len(num.u_names), n + 1), ca.MX.sym("T", 1, n + 1)
+            X = self._rollout(n)(self._x0(T[0], s0, P), P, U[:, :-1], U[:, 1:], T[:, :-1])
+            self._cache[key] = ca.Function("predict", [P, s0, U, T], [self.obs.map(n)(T[:, 1:], X, P, U[:, 1:])])
+        Yhat = np.asarray(_call(self._cache[key], p, traj.S[0], traj.U.T, traj.t[None, :])).T
         return np.vstack([traj.Y[:1], Yhat])

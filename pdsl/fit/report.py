@@ -32,7 +32,7 @@ def _validation_plot(run, theta, out_dir: Path) -> str:
     trajs = run.val.trajectories or run.train.trajectories
     which = "validation" if run.val.trajectories else "training (no validation data)"
     traj = trajs[0]
-    predicted = run.loss.predict(theta, traj)
+    predicted = run.loss.predict(run.layout.p_from_theta(theta), traj)
     title = f"{run.model.name}: {which} trajectory {traj.label}, rollout from its first sample"
     out.plot_validation(out_dir / "validation.png", traj.t, traj.Y, predicted, run.data.observed, title)
     return f"{which} trajectory {traj.label} ({len(traj) - 1} steps, t = {traj.t[0]:g} … {traj.t[-1]:g})"

@@ -30,6 +30,8 @@ from .train import Result, TrainOptions, adamw, gauss_newton
 
 __all__ = ["FitRun", "prepare", "run_fit", "apply_fitted"]
 
+OUTPUT_FILES = ("params.json", "networks.npz", "report.md", "loss.png", "validation.png", "history.csv")
+
 
 @dataclass
 class FitRun:
@@ -106,7 +108,7 @@ def run_fit(model_path: str, model_name: str | None, cfg: FitConfig, out_dir: st
     out_dir = Path(out_dir)
     run = prepare(model_path, model_name, cfg, consts)
     state = _initial_state(run, out_dir, resume)
-    ck.remove_stale_temporaries(out_dir)
+    ck.remove_stale_temporaries(out_dir, (ck.NAME, *OUTPUT_FILES, f"{Path(model_path).stem}.fitted.phm"))
     fp = fingerprint(run.cfg, run.model_path, run.model.name)
     train_chunks = make_chunks(run.train, run.cfg.chunk, run.cfg.stride)
     val_chunks = make_chunks(run.val, run.cfg.chunk, run.cfg.chunk)

@@ -100,7 +100,7 @@ def gauss_newton(loss: ChunkLoss, train: Chunks, val: Chunks, state: State, opts
     """Levenberg–Marquardt epochs from ``state`` until ``opts.epochs``, convergence or ``stop_after``."""
     if loss.spec.loss != "mse":
         raise PdslError.at("BadOption", "gauss-newton minimises the mse loss", hint="use --loss mse, or --method adamw for l1")
-    scale = loss._scale(len(train))
+    scale = loss.entry_scale(len(train))
     mu = float(state.extra.get("mu", 1e-3))
     bar = _bar(opts, state, "gauss-newton")
     try:

@@ -148,7 +148,7 @@ def _network(model: Model) -> SymbolicSystem:
                 )
             alg_eqs = eqs
     for k in list(subs):
-        subs[k] = sp.simplify(_close(subs[k], subs)) if sp.count_ops(subs[k]) < 200 else _close(subs[k], subs)
+        subs[k] = _tidy(_close(subs[k], subs))
     rows = []
     for s in net.states:
         if s.rate not in subs:
@@ -160,6 +160,33 @@ def _network(model: Model) -> SymbolicSystem:
     alg_rows = tuple(Equation(lhs=r.xreplace(subs), rhs=sp.Integer(0), origin=span, label=label) for r, span, label in alg_eqs)
     system = _system(model, tuple(net.states), tuple(rows), alg, alg_rows, net.energy, model.span, "port-hamiltonian")
     return system
+
+
+# sympy's simplify rewrites sign(q) (the derivative of abs) as a Piecewise in q = 0 and takes seconds to minutes
+# on networks with such elements; these expressions are only expanded.
+_NO_SIMPLIFY = (sp.Abs, sp.sign, sp.Piecewise, sp.Heaviside, sp.Min, sp.Max)
+_TIDY_OPS_LIMIT = 200
+
+
+def _tidy(expr):
+    """A light, always-equivalent tidy-up: sympy's simplify on small expressions free of Abs/sign/Piecewise, kept only
+    when it is not longer and adds no Piecewise; an expansion otherwise (when it is not longer)."""
+    if not isinstance(expr, sp.Expr) or expr.is_Atom:
+        return expr
+    ops = sp.count_ops(expr)
+    if ops > _TIDY_OPS_LIMIT:
+        return expr
+    best, best_ops = expr, ops
+    candidates = [sp.expand(expr)]
+    if not expr.has(*_NO_SIMPLIFY):
+        candidates.append(sp.simplify(expr))
+    for c in candidates:
+        if c.has(sp.Piecewise) and not expr.has(sp.Piecewise):
+            continue
+        c_ops = sp.count_ops(c)
+        if c_ops <= best_ops:
+            best, best_ops = c, c_ops
+    return best
 
 
 def _close(expr, subs):
@@ -211,21 +238,30 @@ def _collect(model: Model) -> _Net:
                 ports[f"{el.name}.{p}"] = ("twoport", el.span)
     for name, j in named_junctions.items():
         ports[name] = ("bond", j.span)
-    # every port in exactly one junction (a bond: once in its parent, implicitly in its own)
+    # every port in exactly one junction (a bond: once in its parent's list, implicitly in its own junction)
     seen: dict[str, Span] = {}
     signs: dict[str, int] = {}
+    parent_sign = {port: sign for j in junctions for sign, port, _ in j.data["members"] if port in named_junctions}
     for j in junctions:
         members = list(j.data["members"])
-        if j.name:
-            members.append((-1, j.name, j.span))  # the bond to a parent delivers power into this junction
+        if j.name and j.name in parent_sign:
+            # the bond seen from this junction: a plain member of the parent takes power from the parent and so
+            # delivers it into this junction (−1); a `-` member delivers power into the parent, taken from here (+1)
+            members.append((-parent_sign[j.name], j.name, j.span))
         for sign, port, span in j.data["members"]:
             if port not in ports:
                 diags.error("UnknownName", f"`{port}` is not a p-H element, two-port port or named junction", span,
                             "two-port ports are written `tr.a`")
                 continue
-            if port in seen and ports[port][0] != "bond":
-                diags.error("PortConnectedTwice", f"`{port}` is already connected to the junction at line {seen[port].line}", span,
-                            "each port belongs to exactly one junction")
+            if port in seen:
+                if ports[port][0] == "bond":
+                    diags.error("PortConnectedTwice", f"junction `{port}` is already bonded to the junction at line "
+                                f"{seen[port].line}", span, "a bond joins two junctions, so a named junction appears in "
+                                "one other junction's list; bond it to more junctions by naming those and listing them "
+                                "in its own list")
+                else:
+                    diags.error("PortConnectedTwice", f"`{port}` is already connected to the junction at line "
+                                f"{seen[port].line}", span, "each port belongs to exactly one junction")
             seen[port] = span
             signs[port] = sign
         if diags:
@@ -362,7 +398,7 @@ def _solve_linear(eqs, remaining):
     if sp.simplify(det) == 0:
         return None
     sol = A.LUsolve(b)
-    return {v: sp.simplify(s) if sp.count_ops(s) < 200 else s for v, s in zip(remaining, sol)}
+    return {v: _tidy(s) for v, s in zip(remaining, sol)}
 
 
 # ====================================================================== power audit
@@ -386,7 +422,7 @@ def port_powers(model: Model, system: SymbolicSystem) -> list[PortPower]:
     for port, (role, span) in net.ports.items():
         e, f = port_symbols(port)
         power = _close(e * f, subs)
-        out.append(PortPower(port=port, role=role, sign=net.signs.get(port, 1), power=sp.simplify(power), span=span))
+        out.append(PortPower(port=port, role=role, sign=net.signs.get(port, 1), power=_tidy(power), span=span))
     return out
 
 
@@ -428,5 +464,18 @@ def power_balance(model: Model, system: SymbolicSystem) -> PowerBalance:
                 terms.append(("resistive", pp.port, -pp.sign * pp.power))
             elif pp.role == "source":
                 terms.append(("source", pp.port, -pp.sign * pp.power))
-    residual = sp.simplify(dHdt - sum((t[2] for t in terms), sp.Integer(0)))
-    return PowerBalance(dHdt=sp.simplify(dHdt), terms=tuple(terms), residual=residual)
+    residual = _zero_or_residual(dHdt - sum((t[2] for t in terms), sp.Integer(0)))
+    return PowerBalance(dHdt=_tidy(dHdt), terms=tuple(terms), residual=residual)
+
+
+def _zero_or_residual(expr):
+    """0 when ``expr`` vanishes identically: expansion first (cheap, and enough for networks, whose terms cancel
+    monomial by monomial), then cancel and simplify."""
+    r = sp.expand(expr)
+    if r == 0:
+        return sp.Integer(0)
+    if not r.has(*_NO_SIMPLIFY) and sp.count_ops(r) <= 2 * _TIDY_OPS_LIMIT:
+        r = sp.cancel(sp.together(r))
+    if r == 0:
+        return sp.Integer(0)
+    return sp.simplify(r) if sp.count_ops(r) <= _TIDY_OPS_LIMIT else r

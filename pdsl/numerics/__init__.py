@@ -1,6 +1,6 @@
 """Backend-neutral integrators and sensitivities for a CasADi right-hand side ``f(t, x, p) -> xdot``.
 
-``fixed_step``: Runge–Kutta steps and ``mapaccum`` rollouts (euler, rk4, implicit midpoint,
+``fixed_step``: Runge–Kutta steps and unrolled rollouts (euler, rk4, implicit midpoint,
 2-stage Gauss–Legendre; Newton/KINSOL rootfinder or the B3.2 predictor–corrector).
 ``sensitivity``: gradients of trajectory losses by CVODES forward/adjoint sensitivities, AD
 through fixed-step rollouts, or the discrete adjoint of implicit midpoint (BENCHMARKS B4).

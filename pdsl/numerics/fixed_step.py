@@ -15,7 +15,11 @@ For ``midpoint`` the stage form is the paper's iteration: with y^(k) = x + h K^(
 predictor ``K^(0) = f(x + h/2 f(x))`` is the explicit-midpoint RK2 step.
 
 An SX right-hand side gives SX steps wherever the scheme allows it; an MX one (e.g. with a
-neural network inside) stays MX and is never expanded.
+neural network inside) stays MX and is never expanded. An MX right-hand side is inlined into
+the step (``inline_call``: its graph, and that of every MX Function it calls, substituted in),
+so that reverse mode through a step differentiates one flat graph instead of re-running the
+forward pass of every nested Function it calls; common subexpressions (e.g. the weight
+matrices that every stage slices out of p) are merged with ``casadi.cse``.
 """
 
 from __future__ import annotations
@@ -29,11 +33,13 @@ __all__ = [
     "METHODS",
     "SOLVERS",
     "Tableau",
+    "inline_call",
     "make_fpi_residuals",
     "make_rollout",
     "make_step",
     "rhs_dims",
     "tableau",
+    "unrolled_blocks",
 ]
 
 
@@ -102,6 +108,62 @@ def rhs_dims(f: ca.Function) -> tuple[int, int]:
     return x_sp.numel(), p_sp.numel()
 
 
+def inline_call(f: ca.Function, args: list) -> list:
+    """``f(*args)`` as expressions: for an MX Function its graph, with every MX Function it calls
+    inlined as well (recursively), so that no call node is left; other Functions (SX, rootfinders,
+    integrators, externals) are called as usual.
+
+    A call node is differentiated by calling the derivative Function of the callee, which
+    re-evaluates the callee's forward pass: one extra forward pass per level of nesting (e.g. a
+    user's ``f(t, x, p)`` that wraps a model's ``rhs(t, x, p, u)``). Inlining avoids that.
+    """
+    if not f.is_a("MXFunction"):
+        return f.call(list(args))
+    try:
+        out = f.call(list(args), True, False)
+    except RuntimeError:  # a Function built with never_inline stays a call
+        return f.call(list(args))
+    old, new = [], []
+    arguments = {a.__hash__() for a in args if isinstance(a, ca.MX)}
+    for call, outputs in _mx_calls(out, arguments):  # dependencies first: their arguments hold no inlined call
+        deps = [call.dep(i) for i in range(call.n_dep())]
+        if old:
+            deps = ca.graph_substitute(deps, old, new)
+        res = inline_call(call.which_function(), deps)
+        for node in outputs:
+            old.append(node)
+            new.append(res[node.which_output()])
+    return ca.graph_substitute(out, old, new) if old else out
+
+
+def _mx_calls(exprs: list, stop: set[int]) -> list:
+    """``(call node, [its output nodes])`` for every call of an MX Function in ``exprs``, in topological
+    order, not looking behind the nodes in ``stop`` (the arguments: what they are made of is the caller's)."""
+    calls: dict[int, tuple] = {}  # keyed by node identity (MX == is symbolic, not identity)
+    seen: set[int] = set(stop)
+    stack = [(e, False) for e in reversed(exprs)]
+    while stack:
+        node, finished = stack.pop()
+        if finished:  # post-order: every dependency of node has been visited
+            call = node.dep(0) if node.is_output() else None
+            if call is not None and call.is_call() and call.which_function().is_a("MXFunction"):
+                calls.setdefault(call.__hash__(), (call, []))[1].append(node)
+            continue
+        if node.__hash__() in seen:
+            continue
+        seen.add(node.__hash__())
+        stack.append((node, True))
+        stack.extend((node.dep(i), False) for i in range(node.n_dep() - 1, -1, -1))
+    return list(calls.values())
+
+
+def _rhs_caller(f: ca.Function):
+    """``f`` as a callable on (t, x, p) that inlines an MX Function (``inline_call``)."""
+    if not f.is_a("MXFunction"):
+        return f
+    return lambda t, x, p: inline_call(f, [t, x, p])[0]
+
+
 def _check_solver(solver: str) -> None:
     if solver not in SOLVERS:
         raise ValueError(f"unknown implicit solver {solver!r}; expected one of {', '.join(SOLVERS)}")
@@ -144,17 +206,17 @@ def _fpi_iterates(f, tab: Tableau, h: float, t, x, p, n_iter: int) -> list:
     return iterates
 
 
-def _rootfinder_slopes(f, tab: Tableau, h: float, t, x, p, plugin: str, tol: float):
+def _rootfinder_slopes(f, rhs, tab: Tableau, h: float, t, x, p, plugin: str, tol: float):
     """Stages from a CasADi rootfinder on the MX residual K - F(K), seeded with the predictor."""
     nx, _ = rhs_dims(f)
     t_s, x_s, p_s = _symbols(f, mx=True)
     k = ca.MX.sym("k", nx * tab.stages)
     K = ca.reshape(k, nx, tab.stages)
-    residual = k - ca.vec(_stage_slopes(f, tab, h, t_s, x_s, p_s, K))
+    residual = ca.cse(k - ca.vec(_stage_slopes(rhs, tab, h, t_s, x_s, p_s, K)))
     g = ca.Function("stage_residual", [k, t_s, x_s, p_s], [residual])
     opts = {"abstol": tol, "abstolStep": tol} if plugin == "newton" else {"abstol": tol}
     solve = ca.rootfinder("stage_solve", plugin, g, opts)
-    k_root = solve(ca.vec(_predictor(f, tab, h, t, x, p)), t, x, p)
+    k_root = solve(ca.vec(_predictor(rhs, tab, h, t, x, p)), t, x, p)
     return ca.reshape(k_root, nx, tab.stages)
 
 
@@ -169,31 +231,68 @@ def make_step(f: ca.Function, method: str, h: float, *, solver: str = "newton", 
     _check_solver(solver)
     use_rootfinder = tab.implicit and solver != "fpi"
     t, x, p = _symbols(f, mx=use_rootfinder)
+    rhs = _rhs_caller(f)
     if not tab.implicit:
-        K = _explicit_slopes(f, tab, h, t, x, p)
+        K = _explicit_slopes(rhs, tab, h, t, x, p)
     elif use_rootfinder:
-        K = _rootfinder_slopes(f, tab, h, t, x, p, solver, tol)
+        K = _rootfinder_slopes(f, rhs, tab, h, t, x, p, solver, tol)
     else:
-        K = _fpi_iterates(f, tab, h, t, x, p, n_iter)[-1]
+        K = _fpi_iterates(rhs, tab, h, t, x, p, n_iter)[-1]
     x_next = x + h * ca.mtimes(K, ca.DM(tab.b))
+    if isinstance(x_next, ca.MX):
+        x_next = ca.cse(x_next)
     return ca.Function(f"{method}_step", [t, x, p], [x_next], ["t", "x", "p"], ["x_next"])
 
 
 def make_rollout(f: ca.Function, method: str, h: float, n_steps: int, **step_options) -> ca.Function:
     """``rollout(t0, x0, p) -> X``: ``n_steps`` steps of ``make_step``; column k of X is x(t0 + (k+1) h).
 
-    Built with ``Function.mapaccum`` (time and state accumulated, p broadcast), so the graph
-    stays small for long horizons and is code-generatable for explicit schemes and ``fpi``.
+    An unrolled MX graph with one call node of the step Function per step, every call fed the
+    same p. (``Function.mapaccum`` takes each non-accumulated input once per step: p passed once
+    is repmat'd to np x n_steps and split into n_steps copies, O(n_steps np) memory and time.)
+    The graph stays small for long horizons (a call node per step) and is code-generatable for
+    explicit schemes and ``fpi``. It is assembled from blocks of about sqrt(n_steps) steps
+    (``unrolled_blocks``), so that building it takes O(sqrt(n_steps)) Python-level operations.
     """
     if n_steps < 1:
         raise ValueError(f"a rollout needs at least one step, got n_steps = {n_steps}")
     step = make_step(f, method, h, **step_options)
-    t, x, p = _symbols(f, mx=step.is_a("MXFunction"))
-    advance = ca.Function("advance", [t, x, p], [t + h, step(t, x, p)])
-    steps = advance.mapaccum(f"{method}_steps", n_steps, [0, 1], [0, 1], {})
-    t0, x0, p0 = _symbols(f, mx=True)
-    _, X = steps(t0, x0, p0)
-    return ca.Function(f"{method}_rollout", [t0, x0, p0], [X], ["t0", "x0", "p"], ["X"])
+    nx, np_ = rhs_dims(f)
+
+    def block(k: int) -> ca.Function:  # (t, x, p) -> the k states after x, from time t
+        t, x_in, p = ca.MX.sym("t"), ca.MX.sym("x", nx), ca.MX.sym("p", np_)
+        x, columns = x_in, []
+        for j in range(k):
+            x = step(t + j * h, x, p)
+            columns.append(x)
+        return ca.Function(f"{method}_block{k}", [t, x_in, p], [ca.horzcat(*columns)])
+
+    t0, x0, p = ca.MX.sym("t0"), ca.MX.sym("x0", nx), ca.MX.sym("p", np_)
+    x, parts = x0, []
+    for start, stop, blk in unrolled_blocks(n_steps, block):
+        X = blk.call([t0 + start * h, x, p], True, False)[0]
+        parts.append(X)
+        x = X[:, -1]
+    return ca.Function(f"{method}_rollout", [t0, x0, p], [ca.horzcat(*parts)], ["t0", "x0", "p"], ["X"])
+
+
+def unrolled_blocks(n: int, build) -> list:
+    """``[(start, stop, block Function)]`` covering steps 0 ... n-1 in blocks of about sqrt(n).
+
+    ``build(k)`` makes the Function of a block of k steps (built once per distinct size: at most
+    two). Calling a block with ``always_inline`` puts its k call nodes into the caller's graph in
+    one C++ operation; each MX operation issued from Python costs tens of microseconds, so a
+    plain Python loop over 1e5 steps would take seconds to build.
+    """
+    k = max(1, math.isqrt(n))
+    cache: dict[int, ca.Function] = {}
+    out = []
+    for start in range(0, n, k):
+        stop = min(start + k, n)
+        if stop - start not in cache:
+            cache[stop - start] = build(stop - start)
+        out.append((start, stop, cache[stop - start]))
+    return out
 
 
 def make_fpi_residuals(f: ca.Function, method: str, h: float, n_iter: int) -> ca.Function:
@@ -207,8 +306,9 @@ def make_fpi_residuals(f: ca.Function, method: str, h: float, n_iter: int) -> ca
     if not tab.implicit:
         raise ValueError(f"method {method!r} is explicit; fixed-point residuals exist for implicit methods only")
     t, x, p = _symbols(f)
+    rhs = _rhs_caller(f)
     r = [
-        h * ca.mmax(ca.fabs(K - _stage_slopes(f, tab, h, t, x, p, K)))
-        for K in _fpi_iterates(f, tab, h, t, x, p, n_iter)
+        h * ca.mmax(ca.fabs(K - _stage_slopes(rhs, tab, h, t, x, p, K)))
+        for K in _fpi_iterates(rhs, tab, h, t, x, p, n_iter)
     ]
     return ca.Function(f"{method}_fpi_residuals", [t, x, p], [ca.horzcat(*r)], ["t", "x", "p"], ["r"])

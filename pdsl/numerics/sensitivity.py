@@ -10,8 +10,14 @@ Routes to the gradient (``mode``):
   x0 and p); ``adjoint`` and ``reverse`` both give CVODES adjoint sensitivities (CasADi's reverse
   mode of an integrator is its adjoint).
 * fixed-step methods (``euler``, ``rk4``, ``midpoint``, ``gauss2``): ``forward`` and ``reverse``
-  are forward and reverse AD through the unrolled ``mapaccum`` rollout; ``adjoint`` is the
-  discrete adjoint of implicit midpoint (``make_midpoint_adjoint``), so ``method="midpoint"`` only.
+  are forward and reverse AD through the unrolled rollout (one call node per step, p shared);
+  ``adjoint`` is the discrete adjoint of implicit midpoint (``make_midpoint_adjoint``), so
+  ``method="midpoint"`` only.
+
+Memory of a fixed-step gradient is O(steps x nx + np): the rollout graph keeps the states
+between steps and one p; reverse mode through a step call re-evaluates that step's internals
+(checkpointing per step); the contributions of the steps to grad_p are summed as they are
+formed (``_loss_grad_function`` evaluates grad_p first).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from dataclasses import dataclass
 import casadi as ca
 import numpy as np
 
-from pdsl.numerics.fixed_step import METHODS, make_rollout, rhs_dims
+from pdsl.numerics.fixed_step import METHODS, inline_call, make_rollout, rhs_dims, unrolled_blocks
 
 __all__ = [
     "LOSSES",
@@ -94,11 +100,31 @@ def make_trajectory(f: ca.Function, t_grid, *, method: str = "cvodes", integrato
     grid = _as_grid(t_grid)
     nx, np_ = rhs_dims(f)
     x0, p = ca.MX.sym("x0", nx), ca.MX.sym("p", np_)
-    if method == "cvodes":
-        X = _cvodes_trajectory(f, grid, integrator_options)(x0=x0, p=p)["xf"]
-    else:
-        X = make_rollout(f, method, _uniform_step(grid), grid.size - 1, **step_options)(grid[0], x0, p)
+    X = _trajectory_expr(f, grid, x0, p, method, integrator_options, step_options)
     return ca.Function("trajectory", [x0, p], [X], ["x0", "p"], ["X"])
+
+
+def _trajectory_expr(f: ca.Function, grid: np.ndarray, x0, p, method: str, integrator_options, step_options):
+    """X(x0, p) as an MX expression. A fixed-step rollout is inlined: one call node per step in
+    this graph, not a nested rollout Function whose derivative would re-run the forward rollout."""
+    if method == "cvodes":
+        return _cvodes_trajectory(f, grid, integrator_options)(x0=x0, p=p)["xf"]
+    rollout = make_rollout(f, method, _uniform_step(grid), grid.size - 1, **step_options)
+    return rollout.call([grid[0], x0, p], True, False)[0]  # inline one level: the step calls stay
+
+
+def _loss_grad_function(x0, p, target, L, grad_x0, grad_p) -> ca.Function:
+    """``loss_grad(x0, p, target) -> (loss, grad_x0, grad_p)``, evaluated with grad_p first.
+
+    CasADi orders the evaluation of an MX Function depth-first from its outputs, in output
+    order. Evaluated first, grad_x0 would run the whole reverse sweep and keep every step's
+    contribution to grad_p (np doubles each) alive until the sum for grad_p is formed at the
+    end: O(steps x np) memory. With grad_p first each contribution is added as soon as it is
+    computed. The public output order is restored by a wrapper (one call node).
+    """
+    core = ca.Function("loss_grad_core", [x0, p, target], [grad_p, grad_x0, L])
+    gp, gx0, loss = core.call([x0, p, target], False, True)
+    return ca.Function("loss_grad", [x0, p, target], [loss, gx0, gp], ["x0", "p", "target"], ["loss", "grad_x0", "grad_p"])
 
 
 def _gradient(L, w, mode: str):
@@ -136,14 +162,14 @@ def make_loss_grad(
             )
         adjoint = make_midpoint_adjoint(f, _uniform_step(grid), grid.size - 1, loss=loss, **step_options)
         x0, p, target = adjoint.mx_in()[1:]
-        return ca.Function("loss_grad", [x0, p, target], adjoint(grid[0], x0, p, target), ["x0", "p", "target"], ["loss", "grad_x0", "grad_p"])
-    trajectory = make_trajectory(f, grid, method=method, integrator_options=integrator_options, **step_options)
-    x0, p = trajectory.mx_in()
-    target = ca.MX.sym("target", x0.numel(), grid.size - 1)
-    L = trajectory_loss(loss, trajectory(x0, p), target)
+        outputs = adjoint.call([grid[0], x0, p, target], True, False)  # inlined (a call with a constant t0 is slow to build)
+        return ca.Function("loss_grad", [x0, p, target], outputs, ["x0", "p", "target"], ["loss", "grad_x0", "grad_p"])
+    nx, np_ = rhs_dims(f)
+    x0, p = ca.MX.sym("x0", nx), ca.MX.sym("p", np_)
+    target = ca.MX.sym("target", nx, grid.size - 1)
+    L = trajectory_loss(loss, _trajectory_expr(f, grid, x0, p, method, integrator_options, step_options), target)
     grad = _gradient(L, ca.vertcat(x0, p), mode)  # one sweep for x0 and p together
-    grads = [grad[: x0.numel()], grad[x0.numel() :]]
-    return ca.Function("loss_grad", [x0, p, target], [L, *grads], ["x0", "p", "target"], ["loss", "grad_x0", "grad_p"])
+    return _loss_grad_function(x0, p, target, L, grad[:nx], grad[nx:])
 
 
 def loss_and_grad(f: ca.Function, x0, p, t_grid, target, *, method: str = "cvodes", mode: str = "adjoint", loss: str = "sse", **options) -> LossGrad:
@@ -202,28 +228,44 @@ def make_midpoint_adjoint(f: ca.Function, h: float, n_steps: int, *, loss: str =
 
     i.e. lambda_n = lambda_{n+1} + h A_n^T (lambda_n + lambda_{n+1})/2: the midpoint rule on
     lambda_dot = -(df/dy)^T lambda (Eqs. 12-13) with the Jacobian at the forward midpoint, and
-    the midpoint quadrature of Eq. 15. It runs as its own ``mapaccum`` recursion, carrying only
-    (lambda, grad_p); given a converged forward solve it equals reverse-mode AD through the
-    solver to round-off. ``step_options`` choose the forward solver (see ``make_step``).
+    the midpoint quadrature of Eq. 15. Given a converged forward solve it equals reverse-mode AD
+    through the solver to round-off. ``step_options`` choose the forward solver (see ``make_step``).
+
+    Memory is O(n_steps x nx + np): the forward pass stores the states (one call node per step,
+    p passed once), and the backward pass is an unrolled chain of calls of one adjoint step
+    that carries (lambda, grad_p) — grad_p is a running sum, each step's term is added as soon
+    as it is formed and never stored.
     """
     nx, np_ = rhs_dims(f)
     t0, x0, p = ca.MX.sym("t0"), ca.MX.sym("x0", nx), ca.MX.sym("p", np_)
     target = ca.MX.sym("target", nx, n_steps)
-    X = make_rollout(f, "midpoint", h, n_steps, **step_options)(t0, x0, p)
+    rollout = make_rollout(f, "midpoint", h, n_steps, **step_options)
+    X = rollout.call([t0, x0, p], True, False)[0]
 
     Y = ca.MX.sym("Y", nx, n_steps)
     L_Y = trajectory_loss(loss, Y, target)
     loss_jumps = ca.Function("loss_jumps", [Y, target], [L_Y, ca.gradient(L_Y, Y)])
     L, G = loss_jumps(X, target)
 
-    backward = _midpoint_adjoint_step(f, h).mapaccum("midpoint_adjoint", n_steps, [0, 1], [0, 1], {})
-    reverse = list(range(n_steps - 1, -1, -1))
     midpoints = (ca.horzcat(x0, X[:, :-1]) + X) / 2
     t_mid = t0 + h * (ca.DM(np.arange(n_steps)).T + 0.5)
-    jumps_before = ca.horzcat(ca.MX.zeros(nx, 1), G[:, :-1])
-    lam, gp = backward(G[:, -1], ca.MX.zeros(np_, 1), midpoints[:, reverse], t_mid[:, reverse], jumps_before[:, reverse], p)
+    jumps_before = ca.horzcat(ca.MX.zeros(nx, 1), G[:, :-1])  # dL/dy_n, n = 0 ... N-1 (y_0 = x0 is not observed)
+    step = _midpoint_adjoint_step(f, h)
+
+    def block(k: int) -> ca.Function:  # steps n = start + k - 1 down to start, given their columns
+        lam_in, g_in, p_ = ca.MX.sym("lam", nx), ca.MX.sym("g", np_), ca.MX.sym("p", np_)
+        M, T, J = ca.MX.sym("m", nx, k), ca.MX.sym("t", 1, k), ca.MX.sym("jump", nx, k)
+        lam_, g_ = lam_in, g_in
+        for j in range(k - 1, -1, -1):
+            lam_, g_ = step(lam_, g_, M[:, j], T[j], J[:, j], p_)
+        return ca.Function(f"midpoint_adjoint_block{k}", [lam_in, g_in, M, T, J, p_], [lam_, g_])
+
+    lam, gp = G[:, -1], ca.MX.zeros(np_, 1)
+    for start, stop, blk in reversed(unrolled_blocks(n_steps, block)):
+        cols = slice(start, stop)
+        lam, gp = blk.call([lam, gp, midpoints[:, cols], t_mid[:, cols], jumps_before[:, cols], p], True, False)
     return ca.Function(
-        "midpoint_adjoint", [t0, x0, p, target], [L, lam[:, -1], gp[:, -1]],
+        "midpoint_adjoint", [t0, x0, p, target], [L, lam, gp],
         ["t0", "x0", "p", "target"], ["loss", "grad_x0", "grad_p"],
     )
 
@@ -233,9 +275,11 @@ def _midpoint_adjoint_step(f: ca.Function, h: float) -> ca.Function:
     nx, np_ = rhs_dims(f)
     sym = ca.SX.sym if f.is_a("SXFunction") else ca.MX.sym
     lam, g, m, t, jump, p = sym("lam", nx), sym("g", np_), sym("m", nx), sym("t"), sym("jump", nx), sym("p", np_)
-    fm = f(t, m, p)
+    fm = inline_call(f, [t, m, p])[0]
     A = ca.jacobian(fm, m)
     mu = ca.solve((ca.DM.eye(nx) - h / 2 * A).T, lam)
     lam_prev = mu + h / 2 * ca.mtimes(A.T, mu) + jump
     g_next = g + h * ca.jtimes(fm, p, mu, True)
+    if sym is ca.MX.sym:
+        lam_prev, g_next = ca.cse([lam_prev, g_next])
     return ca.Function("midpoint_adjoint_step", [lam, g, m, t, jump, p], [lam_prev, g_next])

@@ -94,11 +94,16 @@ def _error_position(err: UnexpectedInput, text: str) -> tuple[int, int]:
     """(line, col) where lark gave up: the end of the text for an unexpected end of file,
     column 0 of the next line for an unexpected end of line."""
     if isinstance(err, UnexpectedEOF) or (isinstance(err, UnexpectedToken) and err.token.type == "$END"):
-        lines = text.splitlines() or [""]
-        return len(lines), len(lines[-1]) + 1
+        return _end_of(text)
     if isinstance(err, UnexpectedToken) and err.token.type == "_NL":
         return err.token.line + 1, 0
     return err.line, err.column
+
+
+def _end_of(text: str) -> tuple[int, int]:
+    """(line, col) just past the last character of the last line."""
+    lines = text.splitlines() or [""]
+    return len(lines), len(lines[-1]) + 1
 
 
 def _bad_character(err: UnexpectedCharacters, path: str, text: str) -> PdslError:
@@ -165,7 +170,7 @@ def _bracket_problem(text: str, where: tuple[int, int], path: str) -> PdslError 
             stack.pop()
         else:
             return _mismatched(ch, line, col, stack, path)
-    if stack and stack[-1][1] < where[0]:
+    if stack and (stack[-1][1] < where[0] or where >= _end_of(text)):
         ch, line, col = stack[-1]
         return PdslError.at(
             "UnbalancedBracket",

@@ -108,6 +108,8 @@ def parse_text(text: str, path: str = "<string>") -> A.File:
 def parse_expression(text: str, origin: str = "<command line>") -> A.Expr:
     """Parse one expression (a command-line value) with the model grammar."""
     register_source(origin, text)
+    if not text.strip():
+        raise PdslError.at("Syntax", "an expression is expected here, but the text is empty", Span.point(origin, 1, 1))
     try:
         tree = _lark().parse(text, start="expr_only")
     except UnexpectedInput as err:

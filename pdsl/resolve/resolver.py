@@ -591,13 +591,16 @@ class _Resolver:
         for i, ref in zip(indices, refs):
             ev = self._ev({"i": sp.Integer(i)} if i is not None else {}, allow_der=False)
             mass = ev.scalar(kw["mass"].value, "the mass")
+            _check_constant(mass, defaults, f"the mass of `{ref.name}`", kw["mass"].value.span)
             _check_positive(mass, defaults, f"the mass of `{ref.name}`", kw["mass"].value.span)
             moments: tuple = ()
             if stmt.kind == "rigid":
                 moments = self._moments(kw, ev, mass, len(ref.nodes) - 1)
                 key = "moments" if "moments" in kw else "inertia"
                 for k, m in enumerate(moments, start=1):
-                    _check_positive(m, defaults, f"the principal moment λ{k} of `{ref.name}`", kw[key].value.span, _MOMENT_HINTS[key])
+                    what = f"the principal moment λ{k} of `{ref.name}`"
+                    _check_constant(m, defaults, what, kw[key].value.span)
+                    _check_positive(m, defaults, what, kw[key].value.span, _MOMENT_HINTS[key])
             out["bodies"].append(
                 M.Body(
                     name=ref.name, kind=stmt.kind, dim=len(ref.nodes) - 1, mass=mass, moments=moments, nodes=ref.nodes,
@@ -805,7 +808,9 @@ class _Resolver:
             port = member.operand if isinstance(member, A.Neg) else member
             base = port.base if isinstance(port, A.Attr) else port
             target = ev.eval(base) if isinstance(base, A.Name) else None
-            if not isinstance(target, ElementRef) or target.name == stmt.name:
+            if isinstance(target, ElementRef) and target.name == stmt.name:
+                raise PdslError.at("TypeMismatch", f"junction `{stmt.name}` lists itself", member.span, "a bond joins two different junctions")
+            if not isinstance(target, ElementRef):
                 raise PdslError.at(
                     "TypeMismatch",
                     "a junction joins elements, other junctions or two-port ports (`tr.a`), optionally with a `-` sign",
@@ -840,6 +845,16 @@ def _check_option_sign(kind: str, kw: A.KwArg, value: sp.Expr) -> None:
 
 def _shape_text(v: sp.MatrixBase) -> str:
     return f"{v.shape[0]}x{v.shape[1]}"
+
+
+def _check_constant(value: sp.Expr, params: Mapping, what: str, span: Span) -> None:
+    """Masses and moments are constants of the model: numbers and parameters, not t, states or inputs."""
+    others = sorted(str(x) for x in value.free_symbols if x not in params)
+    if others:
+        names = ", ".join(f"`{n}`" for n in others)
+        raise PdslError.at(
+            "NotAllowedHere", f"{what} must be constant in time, but it depends on {names}", span, "use numbers and `param`s only"
+        )
 
 
 def _check_positive(value: sp.Expr, defaults: Mapping, what: str, span: Span, hint: str | None = None) -> None:

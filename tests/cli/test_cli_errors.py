@@ -107,3 +107,23 @@ def test_good_model_checks(runs):
     _, proc = runs["good"]
     assert proc.returncode == 0, proc.stderr
     assert "ok  Oscillator" in proc.stdout
+
+
+def test_check_takes_several_files_and_reports_each_bad_one(tmp_path):
+    (tmp_path / "good.phm").write_text(GOOD)
+    (tmp_path / "bad.phm").write_text("model A\n  var x\n  der(x) = -y\nend\n")
+    r = _pdsl("check", "good.phm", "bad.phm", "good.phm", cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert r.stdout.count("ok  good.phm: Oscillator") == 2
+    assert "bad.phm:3:13: error[UnknownName]" in r.stderr and "Traceback" not in r.stderr
+    assert "1 of 3 files failed: bad.phm" in r.stderr
+
+
+def test_check_notes_a_velocity_constraint_that_is_holonomic_in_disguise(tmp_path):
+    (tmp_path / "slide.phm").write_text(
+        "model Slide\n  coord x = 0.5, y\n  lagrangian (der(x)^2 + der(y)^2)/2\n  constraint der(x) = 2*der(y)\nend\n")
+    r = _pdsl("check", "slide.phm", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "slide.phm:4:3: note[HolonomicInDisguise]" in r.stdout
+    disk = _pdsl("check", str(REPO / "models" / "rolling_disk.phm"), cwd=tmp_path)
+    assert disk.returncode == 0 and "HolonomicInDisguise" not in disk.stdout

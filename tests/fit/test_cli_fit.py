@@ -117,6 +117,8 @@ def test_adamw_resume_equals_a_straight_run(tmp_path, nn_model, nn_data):
     assert fit(nn_model, nn_data, resumed, *common, "--resume") == 0
     _same_outputs(straight, resumed)
     assert json.loads((straight / "params.json").read_text())["epochs"] == 4
+    h = np.loadtxt(straight / "history.csv", delimiter=",", skiprows=1)
+    assert h[-1, 1] < h[0, 1]  # AdamW does reduce the training loss
 
 
 def test_gauss_newton_resume_equals_a_straight_run(tmp_path, spring_model, small_spring_data):
@@ -166,3 +168,53 @@ def test_killed_run_resumes(tmp_path, nn_model, nn_data):
     with np.load(out / "networks.npz") as z:
         assert z["V"].shape == (25,) and np.all(np.isfinite(z["V"]))
     assert load_models(out / "nn_pendulum.fitted.phm")[0].params[0].default == params["values"]["m"]
+
+
+def test_fit_an_observed_subset(tmp_path, spring_model, small_spring_data):
+    """Only positions in the loss (velocities still start every chunk): the masses are still found."""
+    out = tmp_path / "out"
+    assert fit(spring_model, small_spring_data, out, "--free", "m1,m2", "--observe", "b1.x,b1.y,b2.x,b2.y") == 0
+    params = json.loads((out / "params.json").read_text())
+    assert params["values"]["m1"] == pytest.approx(1.3, rel=1e-3)
+    assert params["values"]["m2"] == pytest.approx(0.7, rel=1e-3)
+    assert params["settings"]["observe"] == ["b1.x", "b1.y", "b2.x", "b2.y"]
+
+
+def test_stale_temporaries_are_removed_on_resume(tmp_path, spring_model, small_spring_data):
+    out = tmp_path / "out"
+    assert fit(spring_model, small_spring_data, out, "--free", "m1,m2", "--epochs", "1") == 0
+    stale = out / ".checkpoint.npz.x1y2z3.npz"
+    stale.write_bytes(b"torn")
+    assert fit(spring_model, small_spring_data, out, "--free", "m1,m2", "--epochs", "2", "--resume") == 0
+    assert not stale.exists()
+
+
+def test_evaluate_a_fitted_network(tmp_path, nn_model, nn_data, capsys):
+    out = tmp_path / "out"
+    assert fit(nn_model, nn_data, out, "--epochs", "2", "--batch", "10") == 0
+    js = tmp_path / "m.json"
+    assert cli("evaluate", nn_model, "--data", nn_data, "--params", out / "params.json", "--json", js,
+               "--integrator", "rk4") == 0
+    summary = json.loads(js.read_text())
+    assert 0 < summary["relative error (geometric mean over t>0)"]["mean"] < 1
+    (out / "networks.npz").unlink()
+    assert cli("evaluate", nn_model, "--data", nn_data, "--params", out / "params.json") == 2
+    assert "BadParams" in capsys.readouterr().err
+
+
+def test_fit_with_an_exogenous_input_column(tmp_path):
+    """A driven oscillator: the input F is a data column; the free mass is found (to the O(dt²) of the
+    linear interpolation of F between samples that the rollout's mid-stages see)."""
+    model = tmp_path / "driven.phm"
+    model.write_text("model Driven\n  param m = 1.0 {free, lower = 0}, k = 2.0, c = 0.1\n  input F\n"
+                     "  var x = 0.5, v = 0.0\n  der(x) = v\n  der(v) = (F - k*x - c*v)/m\nend\n")
+    sim = tmp_path / "sim.csv"
+    assert cli("simulate", model, "--t-end", 4, "--dt", 0.02, "--param", "m=0.8", "--input", "F=sin(3*t)",
+               "--rtol", 1e-11, "-o", sim) == 0
+    table = np.loadtxt(sim, delimiter=",", skiprows=1)
+    t = table[:, 0]
+    data = tmp_path / "data.csv"
+    np.savetxt(data, np.column_stack([table, np.sin(3 * t)]), delimiter=",", header="t,x,v,F", comments="")
+    out = tmp_path / "out"
+    assert fit(model, data, out, "--val-fraction", "0") == 0
+    assert json.loads((out / "params.json").read_text())["values"]["m"] == pytest.approx(0.8, rel=1e-3)

@@ -1,7 +1,6 @@
 """The fitted model copy: textual substitution of param defaults at their spans (nothing evaluated)."""
 
 import numpy as np
-import pytest
 
 from pdsl.fit.outputs import fitted_model_text, network_arrays
 from pdsl.fit.params import make_layout

@@ -1,6 +1,5 @@
 """Parameter reparametrisation (bounds) and the chunk loss (BENCHMARKS A5): values, gradients, maps."""
 
-import casadi as ca
 import numpy as np
 import pytest
 
@@ -85,7 +84,7 @@ def test_residual_jacobian_matches_gradient(spring_model, small_spring_data):
     lay, cl, chunks = _setup(spring_model, small_spring_data)
     theta = lay.theta_from_p(np.array([1.1, 0.9, 9.81, 4.0]))
     r, J = cl.residuals(theta, chunks)
-    scale = cl._scale(len(chunks))
+    scale = cl.entry_scale(len(chunks))
     assert r @ r * scale == pytest.approx(cl.value(theta, chunks), rel=1e-12)
     np.testing.assert_allclose(2 * scale * J.T @ r, cl.value_grad(theta, chunks)[1], rtol=1e-10)
 
@@ -153,3 +152,23 @@ def test_inputs_enter_between_samples(tmp_path):
     cl = ChunkLoss(c.numeric, lay, LossSpec(steps=4, dt=ds.dt, loss="mse"), ds.observed)
     assert cl.value(lay.theta_from_p(np.array([m])), make_chunks(ds, 4)) < 1e-25  # rk4 is exact on cubics
     assert cl.value(lay.theta_from_p(np.array([1.5])), make_chunks(ds, 4)) > 1e-6
+
+
+def test_declared_outputs_can_be_the_observed_columns(tmp_path):
+    """Fit a mass from measured momenta only: an `output` column, the states still start each chunk."""
+    from pdsl.cli.main import main
+
+    model = tmp_path / "osc.phm"
+    model.write_text("model Osc\n  param m = 1.0 {free, lower = 0}, k = 3.0\n  var x = 1.0, v = 0.0\n"
+                     "  output mom = m*v\n  der(x) = v\n  der(v) = -k/m*x\nend\n")
+    data = tmp_path / "osc.csv"
+    assert main(["simulate", str(model), "--t-end", "2", "--dt", "0.05", "--param", "m=2.5", "--rtol", "1e-11",
+                 "-o", str(data)]) == 0
+    c = compile_model(model)
+    ds = load_dataset(str(data), c.numeric, observe=["mom"], min_samples=5)
+    assert ds.observed == ("mom",)
+    lay = make_layout(c.numeric, c.model, [])
+    cl = ChunkLoss(c.numeric, lay, LossSpec(steps=4, dt=ds.dt, loss="mse"), ds.observed)
+    chunks = make_chunks(ds, 4)
+    values = {m: cl.value(lay.theta_from_p(np.array([m, 3.0])), chunks) for m in (2.0, 2.5, 3.0)}
+    assert values[2.5] < 1e-6 * min(values[2.0], values[3.0])

@@ -8,10 +8,10 @@ import subprocess
 import casadi as ca
 import numpy as np
 import pytest
-from numerics_systems import SYSTEMS, coupled_oscillator, double_well, double_well_with_parameters
+from numerics_systems import SYSTEMS, coupled_oscillator, double_well, double_well_with_parameters, mlp_hamiltonian
 from scipy.linalg import expm
 
-from pdsl.numerics.fixed_step import make_fpi_residuals, make_rollout, make_step, rhs_dims
+from pdsl.numerics.fixed_step import inline_call, make_fpi_residuals, make_rollout, make_step, rhs_dims, unrolled_blocks
 
 ALPHA = 0.5
 Y0 = np.array([1.0, 0.0])
@@ -151,3 +151,68 @@ def test_bad_right_hand_side_raises_value_error():
         make_fpi_residuals(double_well().rhs, "rk4", 0.1, 3)
     with pytest.raises(ValueError, match="at least one step"):
         make_rollout(double_well().rhs, "rk4", 0.1, 0)
+
+
+def test_rollout_takes_p_once():
+    """Work memory O(steps x nx + np): p is shared by the step calls, never repmat'd per step."""
+    system = mlp_hamiltonian(1)  # 1136 parameters
+    n_p = system.theta.size
+    short, long = (make_rollout(system.rhs, "rk4", 0.1, n).sz_w() for n in (10, 100))
+    assert long - short <= 20 * 90  # a few doubles per step (old mapaccum rollout: ~3.3 np per step)
+    assert long <= 8 * n_p
+
+
+@pytest.mark.parametrize("n_steps", [1, 2, 3, 10, 17, 100, 1001])
+def test_rollout_blocks_cover_the_horizon(n_steps):
+    blocks = unrolled_blocks(n_steps, lambda k: k)
+    assert [b[0] for b in blocks] == sorted({b[0] for b in blocks}) and blocks[0][0] == 0 and blocks[-1][1] == n_steps
+    assert all(stop - start == size for start, stop, size in blocks)
+    assert all(a[1] == b[0] for a, b in zip(blocks, blocks[1:]))
+    assert len({size for *_, size in blocks}) <= 2
+
+
+def test_long_rollout_equals_stepping_one_step_at_a_time():
+    system = double_well_with_parameters(1.0, 1.2)
+    step = make_step(system.rhs, "rk4", 0.05)
+    X = np.array(make_rollout(system.rhs, "rk4", 0.05, 250)(0.3, [1.2, 0.3], system.theta))
+    x = np.array([1.2, 0.3])
+    for k in range(250):
+        x = np.array(step(0.3 + 0.05 * k, x, system.theta)).ravel()
+        np.testing.assert_allclose(X[:, k], x, rtol=1e-13, atol=1e-13)
+
+
+def test_inline_call_removes_nested_calls():
+    x, y = ca.MX.sym("x", 2), ca.MX.sym("y", 2)
+    g = ca.Function("g", [x], [ca.sin(x) * 2, x * 3])
+    kept = ca.Function("kept", [x], [ca.cos(x)], {"never_inline": True})
+    h = ca.Function("h", [y], [g(y * 2)[0] + g(g(y)[1])[1] + kept(y)])
+    outer = ca.Function("outer", [y], [h(y) * g(y)[0]])
+    (e,) = inline_call(outer, [x])
+    flat = ca.Function("flat", [x], [e])
+    names = {flat.instruction_MX(k).which_function().name() for k in range(flat.n_instructions()) if flat.instruction_MX(k).is_call()}
+    assert names == {"kept"}  # a never_inline Function stays a call
+    v = np.array([0.3, -1.1])
+    np.testing.assert_array_equal(np.array(flat(v)), np.array(outer(v)))
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs a C compiler")
+def test_mx_rollout_and_its_gradient_code_generation(tmp_path):
+    """An MX (neural) right-hand side, inlined into the steps: rollout and reverse-mode gradient generate C."""
+    from pdsl.numerics import make_loss_grad
+
+    system = mlp_hamiltonian(1)
+    grid = 0.1 * np.arange(9)
+    functions = [
+        (make_rollout(system.rhs, "midpoint", 0.1, 8, solver="fpi"), (0.0, [0.3, -0.2], system.theta)),
+        (make_loss_grad(system.rhs, grid, method="rk4", mode="reverse"), ([0.3, -0.2], system.theta, np.ones((2, 8)))),
+    ]
+    for fn, args in functions:
+        generator = ca.CodeGenerator(f"{fn.name()}.c")
+        generator.add(fn)
+        source = generator.generate(f"{tmp_path}/")
+        library = tmp_path / f"{fn.name()}.so"
+        subprocess.run(["gcc", "-shared", "-fPIC", "-O1", source, "-o", str(library)], check=True, capture_output=True)
+        compiled = ca.external(fn.name(), str(library))
+        expected, got = fn.call(list(args)), compiled.call(list(args))
+        for a, b in zip(expected, got):
+            np.testing.assert_allclose(np.array(b), np.array(a), rtol=1e-13, atol=1e-13)

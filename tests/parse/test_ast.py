@@ -263,3 +263,14 @@ def test_axis_points_of_rigid_bodies_belong_to_the_body():
     with pytest.raises(PdslError) as info:
         load_models("a.phm", text=text.replace("r.at([0, 1])", "r.at([1, 0])"))
     assert info.value.codes == ["SelfConnection"]
+
+
+@pytest.mark.parametrize(
+    "text, code, col",
+    [("sin(t", "UnbalancedBracket", 4), ("sin(t) +", "Syntax", 9), ("2x", "BadNumber", 1), ("", "Syntax", 1), ("a ** 2", "Syntax", 3)],
+)
+def test_command_line_expressions_get_located_errors(text, code, col):
+    with pytest.raises(PdslError) as info:
+        parse_expression(text, "--input F")
+    d = info.value.diagnostics[0]
+    assert (d.code, d.span.path, d.span.line, d.span.col) == (code, "--input F", 1, col)

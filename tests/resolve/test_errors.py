@@ -113,6 +113,8 @@ ERRORS = [
     ("zero_mass", _model("space 2\nbody b = rigid(dim = 1, mass = 0, moments = [1])"), "BadArgument", 3, 34, "must be positive"),
     ("zero_mass_from_param_default", _model("space 2\nparam m = 0\nbody b = point(mass = m)\ngravity 9.81"), "BadArgument", 4, 25, "default parameter values"),
     ("inertia_violates_triangle_inequality", _model("space 3\nbody r = rigid(dim = 3, mass = 1, inertia = [1, 1, 3])"), "BadArgument", 3, 47, "triangle inequality"),
+    ("moment_depends_on_time", _model("space 3\nbody top = rigid(dim = 3, mass = 1, moments = [1.0, t, 0.5])\njoint ground, top.at([0, 0, -1])"), "NotAllowedHere", 3, 49, "depends on `t`"),
+    ("mass_depends_on_a_state", _model("space 2\nbody b = point(mass = b.x^2 + 1)\ngravity 1"), "NotAllowedHere", 3, 25, "depends on `b.x`"),
     ("link_of_zero_length", _model("space 2\nbody b = point(mass = 1)\nlink ground, b, length = 0"), "BadArgument", 4, 28, "joint A, B"),
     ("force_on_a_velocity", _model("coord q\nlagrangian der(q)^2/2\nforce 1 on der(q)"), "TypeMismatch", 4, 14, "on a coordinate"),
     ("space_of_five_dimensions", _model("space 5\nvar x\nder(x) = -x"), "BadDimension", 2, 9, "1, 2 or 3"),

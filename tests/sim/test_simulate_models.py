@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pdsl.cli.main import main
-from pdsl.pipeline import compile_model
+from pdsl.pipeline import compile_model, load_models
 from pdsl.sim.simulate import simulate, time_grid
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
@@ -55,7 +55,9 @@ def test_cli_every_bundled_model_simulates(tmp_path):
     for path in sorted(MODELS.glob("*.phm")):
         if path.stem == "cucker_smale":
             continue  # simulated in tests/models/test_cucker_smale.py (its compile takes seconds)
-        header, data = run_cli(tmp_path, path.stem, "--t-end", "1", "--dt", "0.1")
+        # exogenous inputs (no in-model law) get a value on the command line, as a user would give one
+        inputs = [a for m in load_models(path) for u in m.inputs if u.law is None for a in ("--input", f"{u.name}=sin(t)")]
+        header, data = run_cli(tmp_path, path.stem, "--t-end", "1", "--dt", "0.1", *inputs)
         assert header[0] == "t" and data.shape == (11, len(header))
         assert np.all(np.isfinite(data))
 

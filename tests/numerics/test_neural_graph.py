@@ -1,0 +1,107 @@
+"""MLP graphs of ``pdsl.backend.neural``: the backpropagated input Jacobian and the unchanged outputs."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import casadi as ca
+import numpy as np
+import pytest
+
+import pdsl
+from pdsl.backend.neural import _ACT, init_weights, layer_sizes, mlp_forward_backward, n_weights
+
+SHAPES = [((5, 7), 3, 2), ((6,), 2, 1), ((4, 4, 4), 1, 3), ((9, 8), 2, 1)]
+
+
+def _net(act: str, hidden, n_in: int, n_out: int):
+    return SimpleNamespace(name="V", n_in=n_in, hidden=tuple(hidden), n_out=n_out, act=act)
+
+
+def _reference_forward(nn, x, w):
+    """The forward pass as pdsl wrote it before the backpropagated Jacobian (layer by layer, same layout)."""
+    sizes = layer_sizes(nn)
+    h, k = x, 0
+    for li, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        W = ca.reshape(w[k : k + fan_in * fan_out], fan_out, fan_in)
+        k += fan_in * fan_out
+        b = w[k : k + fan_out]
+        k += fan_out
+        h = ca.mtimes(W, h) + b
+        if li < len(sizes) - 2:
+            h = _ACT[nn.act](h)
+    return h
+
+
+def _numpy_forward(nn, x, w):
+    """The same network in numpy (tanh only), from the documented layout: W column-major, then b."""
+    sizes = layer_sizes(nn)
+    h, k = np.asarray(x, dtype=float), 0
+    for li, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        W = w[k : k + fan_in * fan_out].reshape(fan_in, fan_out).T
+        k += fan_in * fan_out
+        h = W @ h + w[k : k + fan_out]
+        k += fan_out
+        if li < len(sizes) - 2:
+            h = np.tanh(h)
+    return h
+
+
+@pytest.mark.parametrize("act", sorted(_ACT))
+@pytest.mark.parametrize(("hidden", "n_in", "n_out"), SHAPES)
+@pytest.mark.parametrize("sym", [ca.MX.sym, ca.SX.sym], ids=["MX", "SX"])
+def test_backpropagated_jacobian_equals_casadi_jacobian_and_outputs_are_unchanged(act, hidden, n_in, n_out, sym):
+    nn = _net(act, hidden, n_in, n_out)
+    x, w = sym("x", n_in), sym("w", n_weights(nn))
+    y, J = mlp_forward_backward(nn, x, w)
+    assert J.shape == (n_out, n_in)
+    y_ref = _reference_forward(nn, x, w)
+    F = ca.Function("F", [x, w], [y, J, y_ref, ca.jacobian(y_ref, x)])
+    rng = np.random.default_rng(4)
+    weights = 2.0 * init_weights(nn, 3)  # larger than the default init: saturated and negative pre-activations too
+    for _ in range(25):
+        y_v, J_v, y_r, J_r = (np.array(v) for v in F(rng.normal(0.0, 1.5, n_in), weights))
+        np.testing.assert_array_equal(y_v, y_r)
+        np.testing.assert_allclose(J_v, J_r, rtol=0.0, atol=1e-12 * max(1.0, np.abs(J_r).max()))
+
+
+def _compile(hidden=(8, 6), act="tanh"):
+    text = f"""model NN "unit-mass particle in a learned 2-D potential"
+  coord q1 = 0.5, q2 = -0.3
+  momentum p1 = 0.1, p2 = 0.2
+  nn V: mlp(hidden = [{", ".join(map(str, hidden))}], act = {act})
+  hamiltonian (p1^2 + p2^2)/2 + V(q1, q2)
+end
+"""
+    return pdsl.compile_model("nn.phm", text=text).numeric
+
+
+@pytest.mark.parametrize("act", ["tanh", "softplus", "gelu"])
+def test_compiled_model_rhs_is_minus_the_potential_gradient(act):
+    """num.rhs (backpropagated dV/dq, inlined) = the CasADi Jacobian of num.energy (forward pass only)."""
+    num = _compile(act=act)
+    n = len(num.p_names)
+    t, x, p = ca.MX.sym("t"), ca.MX.sym("x", 4), ca.MX.sym("p", n)
+    none = ca.MX(0, 1)
+    check = ca.Function("check", [t, x, p], [num.rhs(t, x, p, none), ca.jacobian(num.energy(t, x, p, none), x)])
+    rng = np.random.default_rng(8)
+    for _ in range(10):
+        xdot, dH = (np.array(v).ravel() for v in check(0.0, rng.normal(size=4), num.p_default + 0.1 * rng.normal(size=n)))
+        np.testing.assert_allclose(xdot, np.concatenate([dH[2:], -dH[:2]]), rtol=0.0, atol=1e-12)
+
+
+def test_compiled_model_energy_is_the_documented_network():
+    num = _compile()
+    nn = _net("tanh", (8, 6), 2, 1)
+    x = np.array([0.3, -0.7, 0.2, 0.5])
+    E = float(num.energy(0.0, x, num.p_default, []))
+    expected = 0.5 * (x[2] ** 2 + x[3] ** 2) + float(_numpy_forward(nn, x[:2], num.p_default)[0])
+    assert E == pytest.approx(expected, rel=1e-14, abs=1e-14)
+
+
+def test_network_graph_is_inlined_once_per_input_list():
+    """Output and gradient share one forward pass; the rhs holds no nested Function call."""
+    num = _compile()
+    assert num.rhs.is_a("MXFunction")
+    calls = [k for k in range(num.rhs.n_instructions()) if num.rhs.instruction_MX(k).is_call()]
+    assert calls == []
