@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
-from .backend.functions import NumericSystem, to_casadi
 from .diagnostics import PdslError
 from .lower import lower
 from .lower.ir import SymbolicSystem
 from .parse.parser import parse_file, parse_text
 from .resolve.model import Model
 from .resolve.resolver import resolve_file
+
+if TYPE_CHECKING:  # casadi is imported only by the stages that need it (`check` does not)
+    from .backend.functions import NumericSystem
 
 __all__ = ["load_models", "select_model", "compile_model", "Compiled"]
 
@@ -42,7 +44,7 @@ def select_model(models: tuple[Model, ...], name: str | None, path: str = "") ->
 class Compiled:
     model: Model
     system: SymbolicSystem
-    numeric: NumericSystem
+    numeric: "NumericSystem"
 
 
 def compile_model(
@@ -55,5 +57,7 @@ def compile_model(
     seed: int = 0,
 ) -> Compiled:
     m = select_model(load_models(source, text=text, consts=consts), model, str(source))
+    from .backend.functions import to_casadi
+
     system = lower(m, formulation)
     return Compiled(model=m, system=system, numeric=to_casadi(system, seed=seed))

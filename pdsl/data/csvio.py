@@ -81,6 +81,10 @@ def atomic_path(path: str | Path):
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=target.suffix, dir=target.parent)
     os.close(fd)
     try:
+        # mkstemp creates the file 0600; give it the permissions a plain open() would have
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         yield Path(tmp)
         os.replace(tmp, target)
     except BaseException:
