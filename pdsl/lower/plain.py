@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import sympy as sp
@@ -71,6 +72,8 @@ def lower_plain(model: Model) -> SymbolicSystem:
             )
             continue
         differential.append(Equation(lhs=lhs, rhs=rhs, origin=eq.span, label="ode"))
+    if any(d.code == "NonlinearDerivative" for d in diags.items):
+        diags.raise_if_any()  # the counts below would only repeat the same problem
 
     if len(differential) != len(states):
         have = len(differential)
@@ -87,12 +90,13 @@ def lower_plain(model: Model) -> SymbolicSystem:
             f"{len(alg_vars)} algebraic variable{'s' if len(alg_vars) != 1 else ''} "
             f"({', '.join(v.name for v in alg_vars) or 'none'}) but {len(algebraic)} algebraic equation"
             f"{'s' if len(algebraic) != 1 else ''}",
-            (algebraic[len(alg_vars)].origin if len(algebraic) > len(alg_vars) else model.span),
+            (algebraic[len(alg_vars)].origin if len(algebraic) > len(alg_vars) else alg_vars[-1].span),
             "a variable that never appears under der(...) is algebraic and needs an equation `0 = ...`",
         )
     if not states and not alg_vars and not diags:
         diags.error("EmptyModel", f"model `{model.name}` has no equations", model.span, "add `var x` and `der(x) = ...`")
     diags.raise_if_any()
+    outputs = _outputs_without_derivatives(model, differential, to_rate)
 
     return SymbolicSystem(
         name=model.name,
@@ -104,7 +108,7 @@ def lower_plain(model: Model) -> SymbolicSystem:
         multipliers=(),
         params=model.params,
         inputs=model.inputs,
-        outputs=model.outputs,
+        outputs=outputs,
         neural=model.neural,
         differential=tuple(differential),
         algebraic=tuple(algebraic),
@@ -113,3 +117,38 @@ def lower_plain(model: Model) -> SymbolicSystem:
         constraints=(),
         span=model.span,
     )
+
+
+def _outputs_without_derivatives(model: Model, differential, to_rate) -> tuple:
+    """Outputs may use der(x) of a state when its equation is explicit (``der(x) = f``): f replaces it.
+
+    Outputs are functions of (t, x, p, u); a derivative that is only defined implicitly, or the
+    derivative of an algebraic variable, is a located error.
+    """
+    explicit = {}
+    for eq in differential:
+        rates = set(to_rate.values())
+        if eq.lhs in rates and not (eq.rhs.free_symbols & rates):
+            explicit[eq.lhs] = eq.rhs
+    ders = {S.der(v.symbol): v for v in model.variables}
+    out = []
+    for o in model.outputs:
+        used = o.expr.free_symbols & set(ders)
+        if not used:
+            out.append(o)
+            continue
+        repl = {}
+        for d in sorted(used, key=lambda s: s.name):
+            rate = to_rate.get(d)
+            if rate is None or rate not in explicit:
+                name = ders[d].name
+                why = "an algebraic variable" if rate is None else "a state whose equation is not of the form der(x) = ..."
+                raise PdslError.at(
+                    "NotAllowedHere",
+                    f"output `{o.name}` uses der({name}), the derivative of {why}",
+                    o.span,
+                    f"write `der({name}) = ...` explicitly, or introduce a var for the quantity with its own equation",
+                )
+            repl[d] = explicit[rate]
+        out.append(dataclasses.replace(o, expr=o.expr.xreplace(repl)))
+    return tuple(out)
