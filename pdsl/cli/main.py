@@ -75,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compile", help="write the model's numerical code: CasADi files, C, or numpy")
     _common(p)
     p.add_argument("--target", default="casadi", help="casadi | c | python")
+    p.add_argument("--params", metavar="params.json",
+                   help="fitted values (written by `pdsl fit`) baked in as the parameter defaults")
     p.add_argument("--formulation", default="hamiltonian", help="hamiltonian|lagrangian (Cartesian mechanics)")
     p.add_argument("-o", "--output", required=True, metavar="DIR")
 
@@ -315,6 +317,10 @@ def cmd_compile(args) -> int:
 
     m = select_model(load_models(args.file, consts=_consts(args.const)), args.model, args.file)
     num = to_casadi(lower(m, args.formulation))
+    if args.params:
+        from ..fit.run import apply_fitted
+
+        num = apply_fitted(num, args.params)
     files = []
     _write(lambda: files.extend(compile_to(num, args.target, args.output)), args.output)
     print(f"{m.name}: {args.target} target, {len(files)} files -> {args.output}")

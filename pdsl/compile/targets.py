@@ -82,6 +82,7 @@ def compile_to(num: NumericSystem, target: str, out_dir: str | Path, *, cc: str 
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise PdslError.at("BadOption", f"-o {out}: exists and is not a directory")
+    num = _consistent_start(num)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
@@ -93,6 +94,18 @@ def compile_to(num: NumericSystem, target: str, out_dir: str | Path, *, cc: str 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return sorted(p for p in out.rglob("*") if p.is_file())
+
+
+def _consistent_start(num: NumericSystem) -> NumericSystem:
+    """The start state on the constraint manifold (as `simulate` would start), for the manifest and the C example."""
+    from dataclasses import replace
+
+    from ..sim.initial import Projector
+
+    proj = Projector(num)
+    if proj.n == 0:
+        return num
+    return replace(num, x_start=proj.project(num.x_start, num.p_default).x)
 
 
 def _write_manifest(path: Path, data: dict) -> None:
@@ -124,8 +137,10 @@ int main(void) {
   double xn[NX > 0 ? NX : 1];
   double p[NP > 0 ? NP : 1] = {%(p0)s};
   double u[NU > 0 ? NU : 1] = {0};
-  const double *arg[5];
-  double *res[1];
+  /* work arrays as large as the generated code asks (a graph with sub-functions, e.g. a
+     neural network, needs more argument slots than the step's own five inputs) */
+  const double *arg[step_SZ_ARG > 5 ? step_SZ_ARG : 5];
+  double *res[step_SZ_RES > 1 ? step_SZ_RES : 1];
   casadi_int iw[step_SZ_IW > 0 ? step_SZ_IW : 1];
   double w[step_SZ_W > 0 ? step_SZ_W : 1];
   for (int k = 0; k <= 100; ++k) {
@@ -144,8 +159,6 @@ int main(void) {
 
 
 def _c(num: NumericSystem, out: Path, cc) -> None:
-    if num.kind != "SX":
-        raise PdslError.at("NotYetSupported", "the C target for models with neural components is not implemented yet", num.system.span)
     fns = _functions(num)
     gen = ca.CodeGenerator("model.c", {"with_header": True, "casadi_int": "long long int"})
     for name in sorted(fns):

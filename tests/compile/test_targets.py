@@ -69,6 +69,16 @@ model MSD "p-H network, force input"
 end
 """
 
+NEURAL = """
+model Learned "a Hamiltonian with a learned potential term (MX graph)"
+  param k = 1.0
+  nn V: mlp(hidden = [16, 16], act = tanh, out = 1)
+  coord q = 0.5
+  momentum p = 0.1
+  hamiltonian p^2/2 + k*q^2/2 + V(q)
+end
+"""
+
 ALL = [HAMILTONIAN, LAGRANGIAN, PLAIN, CARTESIAN, PORT_HAMILTONIAN]
 IDS = ["hamiltonian", "lagrangian", "plain", "cartesian", "port-hamiltonian"]
 
@@ -132,10 +142,52 @@ def test_c_target_compiles_runs_and_matches(tmp_path, text):
         a = np.array(lib(t, x, p, u)).ravel()
         b = np.array(c.numeric.rhs(t, x, p, u)).ravel()
         assert np.max(np.abs(a - b)) <= 1e-12 * max(1, np.max(np.abs(b)))
-    run = subprocess.run([str(tmp_path / "c" / "example")], capture_output=True, text=True, check=True)
-    rows = [list(map(float, line.split(","))) for line in run.stdout.strip().splitlines()]
-    assert len(rows) == 101 and len(rows[0]) == 1 + c.numeric.nx
-    assert np.allclose(rows[0][1:], c.numeric.x_start)
+    _check_example(tmp_path / "c", c.numeric, c.numeric.p_default)
+
+
+def _check_example(out, num, p):
+    """The C example's trajectory (RK4, h = 0.01, u = 0) equals the in-process RK4 step's."""
+    from pdsl.compile.targets import rk4_step
+
+    run = subprocess.run([str(out / "example")], capture_output=True, text=True, check=True)
+    rows = np.array([list(map(float, line.split(","))) for line in run.stdout.strip().splitlines()])
+    assert rows.shape == (101, 1 + num.nx) and np.all(np.isfinite(rows))
+    start = json.loads((out / "manifest.json").read_text())["state_start"]  # on the constraints (projected)
+    if num.invariants is not None and num.invariants.numel_out(0):
+        assert np.linalg.norm(np.array(num.invariants(0.0, start, p)).ravel()) < 1e-10
+    step, x = rk4_step(num), np.array(start, dtype=float)
+    for k in range(101):
+        assert np.allclose(rows[k, 1:], x, rtol=1e-10, atol=1e-11), k  # the example prints 12 digits
+        x = np.array(step(0.01 * k, x, p, np.zeros(len(num.u_names)), 0.01)).ravel()
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
+def test_c_and_casadi_targets_for_a_model_with_a_neural_component(tmp_path):
+    c = _compiled(tmp_path, NEURAL, "learned")
+    num = c.numeric
+    assert num.kind == "MX" and len(num.p_default) == 1 + (1 * 16 + 16) + (16 * 16 + 16) + (16 + 1)
+    compile_to(num, "c", tmp_path / "c")
+    compile_to(num, "casadi", tmp_path / "ca")
+    lib = ca.external("rhs", str(tmp_path / "c" / "libmodel.so"))
+    loaded = ca.Function.load(str(tmp_path / "ca" / "rhs.casadi"))
+    rng = np.random.default_rng(3)
+    for t, x, p, u in _points(num, rng):
+        b = np.array(num.rhs(t, x, p, u)).ravel()
+        for f in (lib, loaded):
+            assert np.max(np.abs(np.array(f(t, x, p, u)).ravel() - b)) <= 1e-12 * max(1, np.max(np.abs(b)))
+    _check_example(tmp_path / "c", num, num.p_default)
+
+
+def test_params_json_is_baked_into_the_defaults(tmp_path):
+    path = tmp_path / "osc.phm"
+    path.write_text(HAMILTONIAN)
+    (tmp_path / "params.json").write_text(json.dumps({"values": {"alpha": 0.125}}))
+    assert main(["compile", str(path), "--target", "casadi", "--params", str(tmp_path / "params.json"), "-o", str(tmp_path / "o")]) == 0
+    manifest = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    assert manifest["parameters"] == [{"name": "alpha", "default": 0.125}]
+    (tmp_path / "bad.json").write_text(json.dumps({"values": {"beta": 1.0}}))
+    assert main(["compile", str(path), "--params", str(tmp_path / "bad.json"), "-o", str(tmp_path / "o2")]) == 2
+    assert not (tmp_path / "o2").exists()
 
 
 def test_compile_is_deterministic(tmp_path):
