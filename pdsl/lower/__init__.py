@@ -25,15 +25,20 @@ def formalism_of(model: Model) -> str:
     return "plain"
 
 
-def lower(model: Model, formulation: str = "hamiltonian") -> SymbolicSystem:
-    """Lower a resolved model. ``formulation`` chooses Eq. 6 / Eq. 7 for Cartesian mechanics."""
+def lower(model: Model, formulation: str = "hamiltonian", *, stabilize: str = "none") -> SymbolicSystem:
+    """Lower a resolved model. ``formulation`` chooses Eq. 6 / Eq. 7 for Cartesian mechanics;
+    ``stabilize="baumgarte"`` builds Baumgarte drift control into its constraint rows."""
     from . import cartesian, generalized, plain
 
     kind = formalism_of(model)
     if formulation not in FORMULATIONS:
         raise PdslError.at("BadOption", f"--formulation {formulation}: unknown", hint="one of: " + ", ".join(FORMULATIONS))
+    if stabilize != "none" and kind != "cartesian":
+        raise PdslError.at("BadOption", f"--stabilize {stabilize} applies to Cartesian models (bodies with explicit "
+                           f"constraints); {model.name} is a {kind} model", model.span,
+                           "use --stabilize project, which works for every model with constraints")
     if kind == "cartesian":
-        system = cartesian.lower_cartesian(model, formulation)
+        system = cartesian.lower_cartesian(model, formulation, stabilize=stabilize)
         positions = {c for body in model.bodies for node in body.nodes for c in node}
         report = velocity_report(system, positions) if formulation == "hamiltonian" else ()
         return replace(system, invariants=derived_invariants(system, positions), report=report)

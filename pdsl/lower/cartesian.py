@@ -29,7 +29,18 @@ form (μ₁ pairs with Φ, μ₂ with Φ̇; K = ∂(DΦ M⁻¹p)/∂x; S = K M�
     G μ₂ = −DΦ M⁻¹p                                       (zero on the manifold)
     G μ₁ = K M⁻¹p + DΦ M⁻¹f + S μ₂
 
-Both are algebraically identical to the projected (Eq. 6) and constrained
+Baumgarte stabilisation (``stabilize="baumgarte"``) replaces the constraint rows by
+Φ̈ + 2αΦ̇ + β²Φ = 0, so a violation decays like a damped oscillator instead of
+drifting. In Eq. 7 the multiplier row becomes
+G λ = −DΦ M⁻¹f − (DΦ v)ₓ v − 2α DΦ v − β²Φ. In Eq. 6 the invariance condition
+DΨ ż = 0 becomes DΨ ż = −Γ Ψ with Γ = [[0, −I], [β²I, 2αI]]: its first block
+row DΦ ẋ = DΦ M⁻¹p gives μ₂ = 0 (so ẋ = M⁻¹p and Φ̇ = DΦ M⁻¹p exactly), its
+second G μ₁ = K M⁻¹p + DΦ M⁻¹f + 2α DΦ M⁻¹p + β²Φ. On the manifold (Φ = 0,
+Φ̇ = 0) both are the unstabilised fields. α and β are the parameters
+``baumgarte.alpha`` and ``baumgarte.beta`` of the lowered system (default 0;
+``pdsl.sim.simulate`` chooses them from the time scale of the motion).
+
+The default forms are algebraically identical to the projected (Eq. 6) and constrained
 Lagrangian (Eq. 7) forms of A1.2/A1.3; Part G check 2 tests them against each
 other and against P = I − J DΨᵀ(DΨ J DΨᵀ)⁻¹DΨ computed independently.
 Constraint residuals are kept unexpanded, ‖A − B‖² − l² with A − B formed
@@ -46,17 +57,21 @@ import sympy as sp
 
 from .. import symbols as S
 from ..diagnostics import Collector, PdslError, Span
-from ..resolve.model import Body, Connector, Model, PointRef
+from ..resolve.model import Body, Connector, Model, Param, PointRef
 from .common import FORMULATIONS, check_finite, check_no_unsupported, make_state, resolve_input_laws
 from .ir import Constraint, Equation, State, SymbolicSystem
 
-__all__ = ["lower_cartesian", "node_mass_matrix", "node_mass_inverse", "CartesianSystem"]
+__all__ = ["lower_cartesian", "node_mass_matrix", "node_mass_inverse", "CartesianSystem", "STABILIZATIONS",
+           "BAUMGARTE_PARAMS"]
 
 _FROZEN = dict(frozen=True, slots=True, kw_only=True)
 _RANK_TOL = 1e-9  # relative eigenvalue threshold of the constraint Gram matrix
 _ZERO = sp.Integer(0)
 
 SparseVec = dict  # coordinate index -> sympy expression (structurally non-zero entries only)
+
+STABILIZATIONS = ("none", "baumgarte")  # what the lowering itself can build into the constraint rows
+BAUMGARTE_PARAMS = ("baumgarte.alpha", "baumgarte.beta")  # no model name contains a dot: no clash
 
 
 # ======================================================================= mass matrix
@@ -94,7 +109,12 @@ class CartesianSystem(SymbolicSystem):
     quadratic in the model size and dominated the lowering time (N = 20 pendulum:
     10 s of 16 s). The result is the same A, b; a row of any other shape falls back
     to the generic read-off.
+
+    ``stabilization`` records how the constraint rows were built (``"none"`` or
+    ``"baumgarte"``, see the module docstring).
     """
+
+    stabilization: str = "none"
 
     def linear_system(self) -> tuple[sp.Matrix, sp.Matrix]:
         w = self.unknowns
@@ -565,8 +585,16 @@ def _solve_rows(factor: _Factor, rows: tuple[_Row, ...], rhs: list[tuple[list, s
 
 
 # ======================================================================= formulations
-def _lagrangian_system(model, layout, rows, terms_V, position):
-    """Eq. 7: ẋ = v, v̇ = M⁻¹(f + DΦᵀλ), G λ = −DΦ M⁻¹f − (DΦ v)ₓ v."""
+def _baumgarte_terms(data: _Constraints, velocity, gains) -> list[sp.Expr]:
+    """2α Φ̇_k + β² Φ_k per constraint (zero without stabilisation)."""
+    if gains is None:
+        return [_ZERO] * len(data.rows)
+    alpha, beta = gains
+    return [2 * alpha * _dot(data.D[k], velocity) + beta**2 * data.rows[k].residual for k in range(len(data.rows))]
+
+
+def _lagrangian_system(model, layout, rows, terms_V, position, gains=None):
+    """Eq. 7: ẋ = v, v̇ = M⁻¹(f + DΦᵀλ), G λ = −DΦ M⁻¹f − (DΦ v)ₓ v (− 2αΦ̇ − β²Φ with Baumgarte)."""
     x = list(layout.coords)
     n = len(x)
     pos = [make_state(s.name, s, None, span) for s, span in zip(x, layout.spans)]
@@ -587,14 +615,19 @@ def _lagrangian_system(model, layout, rows, terms_V, position):
                            label=f"Newton for {x[i].name}: der({vel[i].name}) = M⁻¹(−∇V + F + DΦᵀλ)"))
     if C:
         factor = _ldl(C, data.G)
-        rhs = [([], -_dot(data.D[k], a) - data.curvature[k]) for k in range(C)]
-        lin += _solve_rows(factor, data.rows, rhs, lam, eta, "multiplier λ (acceleration level)")
+        stab = _baumgarte_terms(data, v, gains)
+        rhs = [([], -_dot(data.D[k], a) - data.curvature[k] - stab[k]) for k in range(C)]
+        what = "multiplier λ (" + ("Baumgarte: Φ̈ + 2αΦ̇ + β²Φ = 0" if gains else "acceleration level") + ")"
+        lin += _solve_rows(factor, data.rows, rhs, lam, eta, what)
     energy = _kinetic_velocity(layout, v) + sp.Add(*terms_V)
     return pos + vel, lam + eta, lin, energy
 
 
-def _hamiltonian_system(model, layout, rows, terms_V, position):
-    """Eq. 6 in Schur form (module docstring): 2C multipliers μ = (μ₁, μ₂) and 2C elimination helpers."""
+def _hamiltonian_system(model, layout, rows, terms_V, position, gains=None):
+    """Eq. 6 in Schur form (module docstring): 2C multipliers μ = (μ₁, μ₂) and 2C elimination helpers.
+
+    With Baumgarte gains, DΨ ż = −ΓΨ: μ₂ = 0 (not emitted) and μ₁ carries 2αΦ̇ + β²Φ.
+    """
     x = list(layout.coords)
     n = len(x)
     pos = [make_state(s.name, s, None, span) for s, span in zip(x, layout.spans)]
@@ -607,6 +640,9 @@ def _hamiltonian_system(model, layout, rows, terms_V, position):
     f = _force_vector(model, layout, terms_V, v, position)
     a = _minv_apply(layout, f)
     C = len(rows)
+    if gains is not None:
+        states, multipliers, lin = _hamiltonian_baumgarte(layout, data, pos, mom, v, f, a, gains)
+        return states, multipliers, lin, _kinetic_momentum(layout, p) + sp.Add(*terms_V)
     mu1 = [S.multiplier(k + 1) for k in range(C)]
     mu2 = [S.multiplier(C + k + 1) for k in range(C)]
     eta1 = [sp.Dummy(f"eta{k + 1}", real=True) for k in range(C)]
@@ -639,6 +675,27 @@ def _hamiltonian_system(model, layout, rows, terms_V, position):
     return pos + mom, mu1 + mu2 + eta1 + eta2, lin, energy
 
 
+def _hamiltonian_baumgarte(layout, data, pos, mom, v, f, a, gains):
+    """ẋ = M⁻¹p, ṗ + DΦᵀμ = f, G μ = K M⁻¹p + DΦ M⁻¹f + 2α DΦ M⁻¹p + β²Φ (d/dt Φ̇ = −2αΦ̇ − β²Φ)."""
+    x, n, C = layout.coords, len(layout.coords), len(data.rows)
+    mu = [S.multiplier(k + 1) for k in range(C)]
+    eta = [sp.Dummy(f"eta{k + 1}", real=True) for k in range(C)]
+    lin: list[_LinRow] = []
+    for i in range(n):
+        lin.append(_LinRow(coeffs=((pos[i].rate, sp.Integer(1)),), rhs=v[i], origin=pos[i].span,
+                           label=f"∂H/∂{mom[i].name}"))
+    for i in range(n):
+        coeffs = [(mom[i].rate, sp.Integer(1))] + [(mu[k], data.D[k][i]) for k in range(C) if i in data.D[k]]
+        lin.append(_LinRow(coeffs=tuple(coeffs), rhs=f.get(i, _ZERO), origin=mom[i].span,
+                           label=f"−∂H/∂{x[i].name} + F − DΦᵀμ"))
+    if C:
+        factor = _ldl(C, data.G)
+        stab = _baumgarte_terms(data, v, gains)
+        rhs = [([], data.curvature[k] + _dot(data.D[k], a) + stab[k]) for k in range(C)]
+        lin += _solve_rows(factor, data.rows, rhs, mu, eta, "multiplier μ (Baumgarte: Φ̈ + 2αΦ̇ + β²Φ = 0)")
+    return pos + mom, mu + eta, lin
+
+
 def _force_vector(model, layout, terms_V, velocity, position) -> SparseVec:
     """f = −∇V + F, sparse (each term differentiated only by its own coordinates)."""
     acc: dict[int, list] = {}
@@ -655,10 +712,22 @@ def _force_vector(model, layout, terms_V, velocity, position) -> SparseVec:
     return out
 
 
-def lower_cartesian(model: Model, formulation: str = "hamiltonian") -> SymbolicSystem:
-    """Lower a model of Cartesian bodies with explicit constraints to the IR (Eq. 6 or Eq. 7)."""
+def _baumgarte_params(model: Model) -> tuple[Param, ...]:
+    return tuple(Param(name=name, symbol=S.sym(name), default=0.0, lower=0.0, upper=None, free=False, span=model.span)
+                 for name in BAUMGARTE_PARAMS)
+
+
+def lower_cartesian(model: Model, formulation: str = "hamiltonian", *, stabilize: str = "none") -> SymbolicSystem:
+    """Lower a model of Cartesian bodies with explicit constraints to the IR (Eq. 6 or Eq. 7).
+
+    ``stabilize="baumgarte"`` builds Φ̈ + 2αΦ̇ + β²Φ = 0 into the constraint rows, with α, β
+    the extra parameters ``baumgarte.alpha``, ``baumgarte.beta`` (module docstring).
+    """
     if formulation not in FORMULATIONS:
         raise PdslError.at("BadOption", f"unknown formulation `{formulation}`", model.span, "one of: " + ", ".join(FORMULATIONS))
+    if stabilize not in STABILIZATIONS:
+        raise PdslError.at("BadOption", f"unknown constraint stabilisation `{stabilize}`", model.span,
+                           "one of: " + ", ".join(STABILIZATIONS))
     check_no_unsupported(model, {"gravity", "potentials", "forces", "connectors"}, "Cartesian")
     resolve_input_laws(model)
     layout = _layout(model)
@@ -666,8 +735,12 @@ def lower_cartesian(model: Model, formulation: str = "hamiltonian") -> SymbolicS
     rows = _constraint_rows(model)
     _check_counts(layout, rows)
     terms_V = _potential_terms(model, layout)
+    if stabilize == "baumgarte" and not rows:
+        raise PdslError.at("BadOption", f"--stabilize baumgarte: {model.name} has no constraints to stabilise", model.span)
+    extra = _baumgarte_params(model) if stabilize == "baumgarte" else ()
+    gains = tuple(q.symbol for q in extra) or None
     build = _hamiltonian_system if formulation == "hamiltonian" else _lagrangian_system
-    states, multipliers, lin, energy = build(model, layout, rows, terms_V, position)
+    states, multipliers, lin, energy = build(model, layout, rows, terms_V, position, gains)
     return CartesianSystem(
         name=model.name,
         doc=model.doc,
@@ -676,7 +749,7 @@ def lower_cartesian(model: Model, formulation: str = "hamiltonian") -> SymbolicS
         states=tuple(states),
         algebraics=(),
         multipliers=tuple(multipliers),
-        params=model.params,
+        params=model.params + extra,
         inputs=model.inputs,
         outputs=model.outputs,
         neural=model.neural,
@@ -686,4 +759,5 @@ def lower_cartesian(model: Model, formulation: str = "hamiltonian") -> SymbolicS
         energy_origin=model.span,
         constraints=tuple(Constraint(residual=r.residual, origin=r.origin, label=r.label) for r in rows),
         span=model.span,
+        stabilization=stabilize,
     )
