@@ -60,6 +60,14 @@ def _tidy(e: sp.Expr) -> sp.Expr:
     return e
 
 
+def _tidy_network(e: sp.Expr) -> sp.Expr:
+    """p-H networks: the lowering has tidied the rates already; a rational expression (a linear network, quadratic
+    energies) is shown expanded — sympy's simplify needs ~0.1 s per term to find the same form (seconds on a ladder)."""
+    from .lower.port_hamiltonian import is_rational
+
+    return sp.expand(e) if is_rational(e) else _tidy(e)
+
+
 class _Printer:
     def __init__(self, system: SymbolicSystem, fmt: str):
         self.fmt = fmt
@@ -85,6 +93,8 @@ class _Printer:
 def render_system(system: SymbolicSystem, fmt: str = "text", *, simplify: bool = True, model=None) -> str:
     pr = _Printer(system, fmt)
     tidy = _tidy if simplify else (lambda e: e)
+    if simplify and system.formalism == "port-hamiltonian":
+        tidy = _tidy_network
     md = fmt == "markdown"
     tex = fmt == "latex"
     out: list[str] = []

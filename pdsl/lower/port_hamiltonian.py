@@ -20,17 +20,19 @@ has equal efforts and Σ s·f = 0, a 1-junction (common_flow) equal flows and
 
 from __future__ import annotations
 
+import heapq
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import sympy as sp
+from sympy.core.function import AppliedUndef
 
 from .. import symbols as S
 from ..diagnostics import Collector, PdslError, Span
 from ..resolve.model import Element, Model
 from ..resolve.port_hamiltonian import port_symbols
 from .common import check_no_unsupported, make_state, resolve_input_laws
-from .ir import Algebraic, Equation, SymbolicSystem
+from .ir import Algebraic, Constraint, Equation, SymbolicSystem
 
 __all__ = ["lower_port_hamiltonian", "PortPower", "port_powers", "PowerBalance", "power_balance"]
 
@@ -120,46 +122,183 @@ class _Net:
 
 def _network(model: Model) -> SymbolicSystem:
     net = _collect(model)
-    unknowns = set()
-    for port in net.ports:
-        unknowns |= set(port_symbols(port))
-    rates = [s.rate for s in net.states]
-    eqs = [(r, span, label) for r, span, label in net.equations]
-    subs: dict = {}
-    eqs, subs = _eliminate_aliases(eqs, unknowns, subs)
-    eqs, subs = _sort_causal(eqs, unknowns | set(rates), subs)
-    remaining = sorted((unknowns | set(rates)) - set(subs), key=lambda s: s.name)
-    algebraics, alg_eqs = [], []
-    if remaining:
-        solved = _solve_linear(eqs, remaining)
-        if solved is not None:
-            subs = {k: v.xreplace(solved) for k, v in subs.items()}
-            subs.update(solved)
-            eqs = []
-        else:
-            algebraics = [s for s in remaining if s not in rates]
-            if set(rates) & set(remaining):
-                names = ", ".join(s.name for s in rates if s in remaining)
-                raise PdslError.at(
-                    "DependentStorage",
-                    f"the junctions constrain the storage elements against each other (rates {names} are not determined)",
-                    model.span,
-                    "two stores on one junction that fix their efforts (or flows) equal need index reduction, which is not implemented yet",
-                )
-            alg_eqs = eqs
-    for k in list(subs):
-        subs[k] = _tidy(_close(subs[k], subs))
+    sol = _solve_network(net)
+    subs = sol.subs
+    reduced = {x for red in sol.reductions for x in red.states}
     rows = []
     for s in net.states:
         if s.rate not in subs:
             raise PdslError.at("UnbalancedSystem", f"the rate of `{s.name}` is not determined by the network", s.span)
-        rows.append(Equation(lhs=s.rate, rhs=subs[s.rate], origin=s.span, label="network"))
+        label = "network, index-reduced" if s.symbol in reduced else "network"
+        rows.append(Equation(lhs=s.rate, rhs=_tidy(subs[s.rate]), origin=s.span, label=label))
     alg = tuple(
-        Algebraic(name=a.name, symbol=a, start=None, span=model.span) for a in algebraics
+        Algebraic(name=a.name, symbol=a, start=None, span=model.span) for a in sol.algebraics
     )
-    alg_rows = tuple(Equation(lhs=r.xreplace(subs), rhs=sp.Integer(0), origin=span, label=label) for r, span, label in alg_eqs)
+    alg_rows = tuple(Equation(lhs=r.xreplace(subs), rhs=sp.Integer(0), origin=span, label=label) for r, span, label in sol.alg_eqs)
+    constraints = tuple(Constraint(residual=red.residual, origin=red.origin, label=red.label) for red in sol.reductions)
     system = _system(model, tuple(net.states), tuple(rows), alg, alg_rows, net.energy, model.span, "port-hamiltonian")
-    return system
+    return replace(system, constraints=constraints, invariants=constraints)
+
+
+# ====================================================================== index reduction
+# How many times a constraint between stores may be differentiated (1 for two capacitors in parallel: index 2).
+MAX_DIFFERENTIATIONS = 3
+
+
+@dataclass
+class Reduction:
+    """A constraint g(x) = 0 that the Dirac structure imposes between store states, and how it was reduced."""
+
+    residual: sp.Expr  # g(x), zero along every solution
+    stores: tuple[tuple[str, Span], ...]  # the stores whose states it ties (element name, statement span)
+    states: tuple[sp.Symbol, ...]
+    origin: Span  # the statement whose equation became the constraint
+    times: int  # differentiated this many times (the index of the network is times + 1)
+    label: str
+
+
+@dataclass
+class _Solution:
+    subs: dict  # port variable / rate -> expression of states, parameters, inputs (and algebraics)
+    algebraics: list
+    alg_eqs: list
+    reductions: list
+
+
+def _solve_network(net: _Net) -> _Solution:
+    """Solve the port equations for every port variable and rate (see the module docstring for the passes).
+
+    An equation left without any unknown after alias elimination and causal sorting — or a combination of the
+    remaining linear equations whose coefficients vanish (a left null vector of their matrix) — is a constraint
+    g(x) = 0 between store states: it is replaced by its time derivative Σ ∂g/∂x·ẋ = 0, which is an equation in
+    the rates, and the passes run again (index reduction by differentiation, at most MAX_DIFFERENTIATIONS times).
+    """
+    model = net.model
+    unknowns: set = set()
+    for port in net.ports:
+        unknowns |= set(port_symbols(port))
+    rates = {s.rate for s in net.states}
+    rate_of = {s.symbol: s.rate for s in net.states}
+    eqs = list(net.equations)
+    subs: dict = {}
+    reductions: list[Reduction] = []
+    algebraics, alg_eqs = [], []
+    for times in range(MAX_DIFFERENTIATIONS + 1):
+        eqs, subs = _eliminate_aliases(eqs, unknowns, subs)
+        eqs, subs = _sort_causal(eqs, unknowns | rates, subs)
+        open_ = (unknowns | rates) - set(subs)
+        constraints = [eq for eq in eqs if not (eq[0].free_symbols & open_)]
+        eqs = [eq for eq in eqs if eq[0].free_symbols & open_]
+        remaining = sorted(open_, key=lambda s: s.name)
+        if not constraints and remaining:
+            solved = _solve_linear(eqs, remaining)
+            if solved is not None:
+                subs.update(solved)
+                eqs = []
+                break
+            hidden = _hidden_constraints(eqs, remaining)
+            if hidden is None:
+                if rates & open_:
+                    names = ", ".join(s.name for s in sorted(rates & open_, key=lambda s: s.name))
+                    raise PdslError.at(
+                        "DependentStorage",
+                        f"the rates {names} are not determined by the network, and no constraint between the stores "
+                        "explains it (the equations left are nonlinear or underdetermined)",
+                        model.span,
+                        "a nonlinear algebraic loop between stores is not reduced; put a resistive element between them",
+                    )
+                algebraics = [s for s in remaining if s not in rates]
+                alg_eqs = eqs
+                break
+            constraints, eqs = hidden
+        new = [r for r in (_reduction(g, span, label, net, times) for g, span, label in constraints) if r is not None]
+        if not new:
+            if not open_:
+                break
+            continue
+        if times == MAX_DIFFERENTIATIONS:
+            raise PdslError.at("DependentStorage", f"the constraint {new[0].residual} = 0 between stores still holds after "
+                               f"{MAX_DIFFERENTIATIONS} differentiations", new[0].origin)
+        reductions += new
+        closed = _closure(subs)
+        for red in new:
+            dg = sum((sp.diff(red.residual, x) * rate_of[x] for x in red.states), sp.Integer(0))
+            eqs.append((dg.xreplace(closed), red.origin, f"index reduction: d/dt({red.residual}) = 0"))
+    return _Solution(subs=_closure(subs), algebraics=algebraics, alg_eqs=alg_eqs, reductions=reductions)
+
+
+def _hidden_constraints(eqs, remaining):
+    """Linear equations A·w = b whose rows are dependent (wᵀA = 0): the constraints wᵀb = 0 they imply, and the
+    equations with a redundant row dropped. None when the equations are not linear or no row is dependent."""
+    if not eqs:
+        return None
+    try:
+        A, b = sp.linear_eq_to_matrix([r for r, _, _ in eqs], remaining)
+    except (sp.PolynomialError, ValueError):
+        return None
+    if A.free_symbols & set(remaining):
+        return None
+    null = A.T.nullspace(simplify=True)
+    if not null:
+        return None
+    W, pivots = sp.Matrix.hstack(*null).T.rref(simplify=True)
+    constraints = []
+    for k in range(len(pivots)):
+        g = sp.cancel(sp.together((W[k, :] * b)[0, 0]))
+        drop = pivots[k]
+        constraints.append((-g, eqs[drop][1], eqs[drop][2]))
+    kept = [eq for j, eq in enumerate(eqs) if j not in pivots]
+    return constraints, kept
+
+
+def _reduction(g, span, label, net: _Net, times: int) -> Reduction | None:
+    """A constraint left by the passes: None when it holds identically, a Reduction when it ties store states
+    (and nothing that cannot be differentiated), a located error otherwise."""
+    model = net.model
+    laws = _input_laws(model)
+    g = _close(g, laws) if laws else g
+    g = _zero_or_residual(g)
+    if g == 0:
+        return None
+    states = {s.symbol: s for s in net.states}
+    stores = {el.data["state"]: el for el in model.elements if el.kind == "store"}
+    tied = sorted(g.free_symbols & set(states), key=lambda x: x.name)
+    exogenous = {u.symbol for u in model.inputs if u.law is None} | {S.TIME}
+    driven = sorted(g.free_symbols & exogenous, key=lambda x: x.name)
+    names = ", ".join(f"`{stores[x].name}` (line {stores[x].span.line})" for x in tied)
+    where = stores[tied[0]].span if tied else span
+    if not tied:
+        if driven:
+            raise PdslError.at("ConflictingSources", f"the junctions force {g} = 0 between the sources at all times", span,
+                               "two sources impose the same effort (or flow) through the junctions")
+        raise PdslError.at("InconsistentNetwork", f"the junctions force {g} = 0 between parameters", span)
+    if driven:
+        what = ", ".join(f"`{u}`" for u in driven)
+        raise PdslError.at(
+            "DependentStorage",
+            f"the junctions tie store{'s' if len(tied) > 1 else ''} {names} to {what}: {g} = 0, so "
+            f"{'their' if len(tied) > 1 else 'its'} rate would need the time derivative of {what}",
+            where,
+            "put a resistive element between the source and the store (derivatives of inputs are not available)",
+        )
+    if g.atoms(AppliedUndef):
+        raise PdslError.at("NotYetSupported", f"stores {names} are tied by a constraint through a neural component "
+                           f"({label}); its derivative is not formed", where)
+    order = ["once", "twice", "three times"][times] if times < 3 else f"{times + 1} times"
+    text = (f"index reduction: the junctions tie stores {names.replace('`', '')}; the constraint is differentiated "
+            f"{order}, the states are kept, start values are projected onto it")
+    return Reduction(residual=g, stores=tuple((stores[x].name, stores[x].span) for x in tied), states=tuple(tied),
+                     origin=span, times=times + 1, label=text)
+
+
+def _input_laws(model: Model) -> dict:
+    laws = {u.symbol: u.law for u in model.inputs if u.law is not None}
+    for _ in range(len(laws) + 1):
+        new = {k: v.xreplace(laws) for k, v in laws.items()}
+        if new == laws:
+            break
+        laws = new
+    return laws
 
 
 # sympy's simplify rewrites sign(q) (the derivative of abs) as a Piecewise in q = 0 and takes seconds to minutes
@@ -178,7 +317,9 @@ def _tidy(expr):
         return expr
     best, best_ops = expr, ops
     candidates = [sp.expand(expr)]
-    if not expr.has(*_NO_SIMPLIFY):
+    # a rational function of the symbols (a linear network, polynomial energies): its expansion is already the
+    # tidy form, and sympy's simplify would spend 0.1–1 s per expression to find it
+    if not expr.has(*_NO_SIMPLIFY) and not is_rational(expr):
         candidates.append(sp.simplify(expr))
     for c in candidates:
         if c.has(sp.Piecewise) and not expr.has(sp.Piecewise):
@@ -187,6 +328,22 @@ def _tidy(expr):
         if c_ops <= best_ops:
             best, best_ops = c, c_ops
     return best
+
+
+def is_rational(expr) -> bool:
+    """Only symbols and numbers combined by +, * and integer powers."""
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if e.is_Symbol or e.is_Number:
+            continue
+        if e.is_Add or e.is_Mul:
+            stack.extend(e.args)
+        elif e.is_Pow and e.exp.is_Integer:
+            stack.append(e.base)
+        else:
+            return False
+    return True
 
 
 def _close(expr, subs):
@@ -341,46 +498,92 @@ def _dissipative(el: Element) -> sp.Expr:
 # ====================================================================== structural passes
 def _eliminate_aliases(eqs, unknowns, subs):
     """Equations a − b = 0 or a + b = 0 between two unknowns: substitute a := ±b."""
-    changed = True
-    while changed:
-        changed = False
-        for k, (r, span, label) in enumerate(eqs):
-            syms = r.free_symbols & unknowns - set(subs)
-            if len(syms) != 2 or len(r.free_symbols) != 2:
-                continue
-            a, b = sorted(syms, key=lambda s: s.name)
-            ca, cb = sp.diff(r, a), sp.diff(r, b)
-            if not (ca.is_number and cb.is_number and abs(ca) == abs(cb) and sp.simplify(r - ca * a - cb * b) == 0):
-                continue
-            subs = {key: v.xreplace({a: -cb / ca * b}) for key, v in subs.items()}
-            subs[a] = -cb / ca * b
-            eqs = [(rr.xreplace({a: subs[a]}), s2, l2) for j, (rr, s2, l2) in enumerate(eqs) if j != k]
-            changed = True
-            break
-    return eqs, subs
+
+    def pick(r):
+        if len(r.free_symbols) != 2 or not r.free_symbols <= unknowns:
+            return None
+        a, b = sorted(r.free_symbols, key=lambda s: s.name)
+        ca, cb = sp.diff(r, a), sp.diff(r, b)
+        if not (ca.is_number and cb.is_number and abs(ca) == abs(cb) and sp.expand(r - ca * a - cb * b) == 0):
+            return None
+        return a, -cb / ca * b
+
+    return _substitute(eqs, subs, pick)
 
 
 def _sort_causal(eqs, unknowns, subs):
     """Repeatedly solve an equation that has exactly one unknown, in which it appears linearly."""
-    progress = True
-    while progress and eqs:
-        progress = False
-        for k, (r, span, label) in enumerate(eqs):
-            free = (r.free_symbols & unknowns) - set(subs)
-            if len(free) != 1:
+
+    def pick(r):
+        free = r.free_symbols & unknowns
+        if len(free) != 1:
+            return None
+        (v,) = free
+        c = sp.diff(r, v)
+        if v in c.free_symbols or c == 0:
+            return None
+        value = -(r - c * v).xreplace({v: 0}) / c
+        return v, (sp.expand(value) if sp.count_ops(value) < 60 else value)
+
+    return _substitute(eqs, subs, pick)
+
+
+def _substitute(eqs, subs, pick):
+    """Apply ``pick`` (residual -> (unknown, value) or None) to the equations until it applies to none, always to the
+    first equation (in statement order) it applies to. A solved unknown is substituted into the equations that contain
+    it, and only those (an index of occurrences keeps a ladder of n sections linear in n, not quadratic); the values in
+    ``subs`` are left in terms of unknowns solved later — :func:`_closure` resolves them."""
+    eqs = list(eqs)
+    subs = dict(subs)
+    alive = [True] * len(eqs)
+    occurs: dict = {}
+    for k, (r, _, _) in enumerate(eqs):
+        for x in r.free_symbols:
+            occurs.setdefault(x, set()).add(k)
+    heap = list(range(len(eqs)))
+    queued = set(heap)
+    while heap:
+        k = heapq.heappop(heap)
+        queued.discard(k)
+        if not alive[k]:
+            continue
+        hit = pick(eqs[k][0])
+        if hit is None:
+            continue
+        v, value = hit
+        alive[k] = False
+        subs[v] = value
+        for j in sorted(occurs.pop(v, ())):
+            if not alive[j]:
                 continue
-            (v,) = free
-            c = sp.diff(r, v)
-            if v in c.free_symbols or c == 0:
+            r, span, label = eqs[j]
+            eqs[j] = (r.xreplace({v: value}), span, label)
+            for x in value.free_symbols:
+                occurs.setdefault(x, set()).add(j)
+            if j not in queued:
+                heapq.heappush(heap, j)
+                queued.add(j)
+    return [eq for k, eq in enumerate(eqs) if alive[k]], subs
+
+
+def _closure(subs: dict) -> dict:
+    """``subs`` with every value written in terms of unsolved symbols only (the values form a DAG: each refers only
+    to unknowns solved after it). Iterative, so a long chain of substitutions does not hit the recursion limit."""
+    out: dict = {}
+    for root in subs:
+        stack = [(root, False)]
+        while stack:
+            v, ready = stack.pop()
+            if v in out:
                 continue
-            value = -(r - c * v).xreplace({v: 0}) / c
-            value = sp.expand(value) if sp.count_ops(value) < 60 else value
-            subs = {key: val.xreplace({v: value}) for key, val in subs.items()}
-            subs[v] = value
-            eqs = [(rr.xreplace({v: value}), s2, l2) for j, (rr, s2, l2) in enumerate(eqs) if j != k]
-            progress = True
-            break
-    return eqs, subs
+            value = subs[v]
+            deps = [d for d in value.free_symbols if d in subs and d not in out]
+            if deps and not ready:
+                stack.append((v, True))
+                stack.extend((d, False) for d in deps)
+                continue
+            out[v] = value.xreplace({d: out[d] for d in value.free_symbols if d in out})
+    return out
 
 
 def _solve_linear(eqs, remaining):
@@ -404,24 +607,14 @@ def _solve_linear(eqs, remaining):
 # ====================================================================== power audit
 def port_powers(model: Model, system: SymbolicSystem) -> list[PortPower]:
     """e·f per element port in terms of states (for `show --power` and power columns)."""
-    subs = {}
     net = _collect(model)
-    unknowns = set()
-    for port in net.ports:
-        unknowns |= set(port_symbols(port))
-    eqs, subs = _eliminate_aliases(list(net.equations), unknowns, {})
-    eqs, subs = _sort_causal(eqs, unknowns | {s.rate for s in net.states}, subs)
-    rem = sorted((unknowns | {s.rate for s in net.states}) - set(subs), key=lambda s: s.name)
-    if rem:
-        solved = _solve_linear(eqs, rem)
-        if solved is None:
-            raise PdslError.at("NotYetSupported", "the power audit of networks with algebraic loops is not implemented yet", model.span)
-        subs = {k: v.xreplace(solved) for k, v in subs.items()}
-        subs.update(solved)
+    sol = _solve_network(net)
+    if sol.algebraics:
+        raise PdslError.at("NotYetSupported", "the power audit of networks with algebraic loops is not implemented yet", model.span)
     out = []
     for port, (role, span) in net.ports.items():
         e, f = port_symbols(port)
-        power = _close(e * f, subs)
+        power = (e * f).xreplace(sol.subs)
         out.append(PortPower(port=port, role=role, sign=net.signs.get(port, 1), power=_tidy(power), span=span))
     return out
 
@@ -442,6 +635,9 @@ class PowerBalance:
     dHdt: sp.Expr
     terms: tuple[tuple[str, str, sp.Expr], ...]  # (role, port, power: + supplied / − dissipated / stored)
     residual: sp.Expr  # dH/dt − (Σ supplied − Σ dissipated): zero when the network conserves power
+    # constraints g(x) = 0 of an index-reduced network: the balance is checked on them (a store's port effort is the
+    # junction's, equal to its ∂H/∂x only where g = 0); empty when it holds identically
+    modulo: tuple[sp.Expr, ...] = ()
 
 
 def power_balance(model: Model, system: SymbolicSystem) -> PowerBalance:
@@ -465,7 +661,24 @@ def power_balance(model: Model, system: SymbolicSystem) -> PowerBalance:
             elif pp.role == "source":
                 terms.append(("source", pp.port, -pp.sign * pp.power))
     residual = _zero_or_residual(dHdt - sum((t[2] for t in terms), sp.Integer(0)))
-    return PowerBalance(dHdt=_tidy(dHdt), terms=tuple(terms), residual=residual)
+    modulo = ()
+    if residual != 0 and system.constraints:
+        modulo = tuple(c.residual for c in system.constraints)
+        residual = _zero_or_residual(_on_manifold(residual, modulo, {s.symbol for s in system.states}))
+    return PowerBalance(dHdt=_tidy(dHdt), terms=tuple(terms), residual=residual, modulo=modulo)
+
+
+def _on_manifold(expr, constraints, states):
+    """``expr`` with each constraint g = 0 solved for one of its states (one in which it is linear) substituted."""
+    for g in constraints:
+        for x in sorted(g.free_symbols & states, key=lambda s: s.name):
+            c = sp.diff(g, x)
+            if c != 0 and x not in c.free_symbols:
+                value = -(g - c * x).xreplace({x: 0}) / c
+                expr = expr.xreplace({x: value})
+                constraints = [h.xreplace({x: value}) for h in constraints]
+                break
+    return expr
 
 
 def _zero_or_residual(expr):

@@ -222,6 +222,10 @@ class StoreStmt(Stmt):
     name: str
     state: str
     energy: Expr
+    index: tuple[Expr, ...] = ()  # ``cap[i](q[i])``: the index of the element's name ...
+    state_index: tuple[Expr, ...] = ()  # ... and of its state's name
+    name_span: Span | None = None
+    state_span: Span | None = None
 
 
 @dataclass(**_FROZEN)
@@ -230,6 +234,8 @@ class ResistiveStmt(Stmt):
     attrs: tuple[Attribute, ...]
     lhs: Expr
     rhs: Expr
+    index: tuple[Expr, ...] = ()
+    name_span: Span | None = None
 
 
 @dataclass(**_FROZEN)
@@ -237,6 +243,8 @@ class SourceStmt(Stmt):
     kind: str  # flow_source | effort_source
     name: str
     value: Expr
+    index: tuple[Expr, ...] = ()
+    name_span: Span | None = None
 
 
 @dataclass(**_FROZEN)
@@ -248,6 +256,8 @@ class TwoPortStmt(Stmt):
     attrs: tuple[Attribute, ...]
     lhs: Expr
     rhs: Expr
+    index: tuple[Expr, ...] = ()
+    name_span: Span | None = None
 
 
 @dataclass(**_FROZEN)
@@ -256,6 +266,8 @@ class JunctionStmt(Stmt):
     kind: str
     kind_span: Span
     members: tuple[Expr, ...]
+    index: tuple[Expr, ...] = ()
+    name_span: Span | None = None
 
 
 @dataclass(**_FROZEN)

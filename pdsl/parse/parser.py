@@ -281,39 +281,54 @@ class _ToAst(Transformer_NonRecursive):
         return tuple(str(i) for i in items)
 
     # -- port-Hamiltonian
+    def elem_name(self, meta, items):
+        """``cap`` or ``cap[i]`` -> (name, index expressions, span of the whole name)."""
+        name, index = items
+        return str(name), tuple(index or ()), self._sp(meta)
+
     def store_stmt(self, meta, items):
-        kind, name, state, energy = items
-        return A.StoreStmt(span=self._sp(meta), kind=str(kind), name=str(name), state=str(state), energy=energy)
+        kind, (name, index, name_span), (state, state_index, state_span), energy = items
+        return A.StoreStmt(
+            span=self._sp(meta), kind=str(kind), name=name, state=state, energy=energy, index=index,
+            state_index=state_index, name_span=name_span, state_span=state_span,
+        )
 
     def resistive_stmt(self, meta, items):
-        name, attrs, lhs, rhs = items
-        return A.ResistiveStmt(span=self._sp(meta), name=str(name), attrs=tuple(attrs or ()), lhs=lhs, rhs=rhs)
+        (name, index, name_span), attrs, lhs, rhs = items
+        return A.ResistiveStmt(
+            span=self._sp(meta), name=name, attrs=tuple(attrs or ()), lhs=lhs, rhs=rhs, index=index, name_span=name_span
+        )
 
     def source_stmt(self, meta, items):
-        kind, name, value = items
-        return A.SourceStmt(span=self._sp(meta), kind=str(kind), name=str(name), value=value)
+        kind, (name, index, name_span), value = items
+        return A.SourceStmt(span=self._sp(meta), kind=str(kind), name=name, value=value, index=index, name_span=name_span)
 
     def twoport_stmt(self, meta, items):
-        kind, name, a, b, attrs, lhs, rhs = items
+        kind, (name, index, name_span), a, b, attrs, lhs, rhs = items
         return A.TwoPortStmt(
             span=self._sp(meta),
             kind=str(kind),
-            name=str(name),
+            name=name,
             port_a=str(a),
             port_b=str(b),
             attrs=tuple(attrs or ()),
             lhs=lhs,
             rhs=rhs,
+            index=index,
+            name_span=name_span,
         )
 
     def junction_stmt(self, meta, items):
-        name, kind, members = items
+        named, kind, members = items
+        name, index, name_span = named if named is not None else (None, (), None)
         return A.JunctionStmt(
             span=self._sp(meta),
-            name=str(name) if name is not None else None,
+            name=name,
             kind=str(kind),
             kind_span=_span_of(self.path, kind),
             members=tuple(members),
+            index=index,
+            name_span=name_span,
         )
 
     def structure_stmt(self, meta, items):

@@ -53,6 +53,57 @@ class ArrayRef(Ref):
 
 
 @dataclass(frozen=True)
+class IndexedArray(ArrayRef):
+    """An array made by indexed declarations (``flow_store cap[i](q[i]) ... for i in 1..N``): its indices are
+    the ones the statements declared, in any order and possibly with gaps. ``items[k]`` has index ``indices[k]``."""
+
+    indices: tuple[int, ...] = ()
+    what: str = "array"  # how to name it in messages
+
+    def at(self, i: int, span: Span):
+        if i in self.indices:
+            return self.items[self.indices.index(i)]
+        raise PdslError.at(
+            "BadIndex", f"`{self.name}[{i}]` is not declared: the {self.what} `{self.name}` has indices {_index_text(self.indices)}",
+            span,
+        )
+
+    def contiguous(self) -> bool:
+        return self.indices == tuple(range(min(self.indices), min(self.indices) + len(self.indices)))
+
+    def as_value(self):
+        return self.usable_value(None)
+
+    def usable_value(self, span: Span | None):
+        """The array as a vector in arithmetic (``sum(q)``): only arrays of numbers without gaps."""
+        if any(isinstance(v, Ref) for v in self.items):
+            raise PdslError.at(
+                "TypeMismatch", f"`{self.name}` is an array of {self.what}s; it can only appear in a junction, one element "
+                f"at a time (`{self.name}[{min(self.indices)}]`)", span,
+            )
+        if not self.contiguous():
+            raise PdslError.at(
+                "TypeMismatch", f"`{self.name}` has indices {_index_text(self.indices)} (with gaps), so it is not a vector",
+                span, f"index it, as `{self.name}[{min(self.indices)}]`",
+            )
+        order = sorted(range(len(self.items)), key=lambda k: self.indices[k])
+        return sp.ImmutableMatrix([[self.items[k]] for k in order])
+
+
+def _index_text(indices) -> str:
+    """1..4, 6, 9..10"""
+    runs, out = [], []
+    for i in sorted(indices):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    for a, b in runs:
+        out.append(f"{a}" if a == b else (f"{a}, {b}" if b == a + 1 else f"{a}..{b}"))
+    return ", ".join(out)
+
+
+@dataclass(frozen=True)
 class BodyRef(Ref):
     """A body (or ``ground``); as a value it is the position of its centre."""
 
@@ -188,6 +239,8 @@ def _is_scalar(v) -> bool:
 
 def as_number(v, span: Span, what: str = "this"):
     """A value used in arithmetic: references become their numeric value."""
+    if isinstance(v, IndexedArray):
+        return v.usable_value(span)
     if isinstance(v, BodyRef | ArrayRef):
         return v.as_value()
     if isinstance(v, PointRef):

@@ -12,7 +12,7 @@ import sympy as sp
 from .. import symbols as S
 from ..diagnostics import PdslError
 from ..parse import ast as A
-from .expressions import Evaluator
+from .expressions import ElementRef, Evaluator
 from .model import Element
 
 __all__ = ["resolve_ph", "port_symbols", "JUNCTION_KINDS"]
@@ -34,37 +34,43 @@ def _flags(attrs, allowed: set[str]) -> set[str]:
     return out
 
 
-def resolve_ph(stmt: A.Stmt, ev: Evaluator) -> Element:
-    """One p-H statement -> Element (kind, name, data)."""
+def resolve_ph(stmt: A.Stmt, ev: Evaluator, *, name: str | None = None, state: str | None = None) -> Element:
+    """One p-H statement -> Element (kind, name, data).
+
+    ``name`` (and ``state`` for a store) is the element's name in this iteration of the statement's ``for`` clause
+    (``cap[3]``, ``q[3]``); the resolver computes it. Without one, the statement's own name is used.
+    """
+    name = name if name is not None else getattr(stmt, "name", None)
     if isinstance(stmt, A.StoreStmt):
-        energy = ev.scalar(stmt.energy, f"the energy of `{stmt.name}`")
-        state = S.sym(stmt.state)
+        state_name = state if state is not None else stmt.state
+        energy = ev.scalar(stmt.energy, f"the energy of `{name}`")
+        state = S.sym(state_name)
         if state not in energy.free_symbols:
-            raise PdslError.at("BadElement", f"the energy of `{stmt.name}` does not depend on its state `{stmt.state}`", stmt.energy.span)
-        return Element(kind="store", name=stmt.name, span=stmt.span,
+            raise PdslError.at("BadElement", f"the energy of `{name}` does not depend on its state `{state_name}`", stmt.energy.span)
+        return Element(kind="store", name=name, span=stmt.span,
                        data={"kind": stmt.kind.split("_")[0], "state": state, "energy": energy})
     if isinstance(stmt, A.ResistiveStmt):
-        e, f = port_symbols(stmt.name)
+        e, f = port_symbols(name)
         local = ev.with_names({"e": e, "f": f})
         relation = local.scalar(stmt.lhs, "a relation") - local.scalar(stmt.rhs, "a relation")
         if not relation.free_symbols & {e, f}:
-            raise PdslError.at("BadElement", f"the relation of `{stmt.name}` does not involve its port (e, f)", stmt.span)
+            raise PdslError.at("BadElement", f"the relation of `{name}` does not involve its port (e, f)", stmt.span)
         flags = _flags(stmt.attrs, {"dissipative"})
-        return Element(kind="resistive", name=stmt.name, span=stmt.span,
+        return Element(kind="resistive", name=name, span=stmt.span,
                        data={"relation": relation, "e": e, "f": f, "dissipative": "dissipative" in flags})
     if isinstance(stmt, A.SourceStmt):
-        value = ev.scalar(stmt.value, f"the value of source `{stmt.name}`")
-        return Element(kind="source", name=stmt.name, span=stmt.span,
+        value = ev.scalar(stmt.value, f"the value of source `{name}`")
+        return Element(kind="source", name=name, span=stmt.span,
                        data={"kind": stmt.kind.split("_")[0], "value": value})
     if isinstance(stmt, A.TwoPortStmt):
         if stmt.port_a == stmt.port_b:
-            raise PdslError.at("DuplicateDefinition", f"the two ports of `{stmt.name}` have the same name", stmt.span)
-        ea, fa = port_symbols(f"{stmt.name}.{stmt.port_a}")
-        eb, fb = port_symbols(f"{stmt.name}.{stmt.port_b}")
+            raise PdslError.at("DuplicateDefinition", f"the two ports of `{name}` have the same name", stmt.span)
+        ea, fa = port_symbols(f"{name}.{stmt.port_a}")
+        eb, fb = port_symbols(f"{name}.{stmt.port_b}")
         local = ev.with_names({"e_a": ea, "f_a": fa, "e_b": eb, "f_b": fb})
         relation = local.scalar(stmt.lhs, "a relation") - local.scalar(stmt.rhs, "a relation")
         _flags(stmt.attrs, set())
-        return Element(kind="twoport", name=stmt.name, span=stmt.span, data={
+        return Element(kind="twoport", name=name, span=stmt.span, data={
             "kind": stmt.kind, "ports": (stmt.port_a, stmt.port_b), "relation": relation,
             "e_a": ea, "f_a": fa, "e_b": eb, "f_b": fb,
         })
@@ -72,10 +78,10 @@ def resolve_ph(stmt: A.Stmt, ev: Evaluator) -> Element:
         if stmt.kind not in JUNCTION_KINDS:
             raise PdslError.at("UnknownJunction", f"unknown junction kind `{stmt.kind}`", stmt.kind_span,
                                "common_effort (0-junction) or common_flow (1-junction)")
-        members = tuple(_member(m) for m in stmt.members)
+        members = tuple(_member(m, ev) for m in stmt.members)
         if len(members) < 2:
             raise PdslError.at("BadJunction", "a junction connects at least two ports", stmt.span)
-        return Element(kind="junction", name=stmt.name, span=stmt.span, data={"kind": stmt.kind, "members": members})
+        return Element(kind="junction", name=name, span=stmt.span, data={"kind": stmt.kind, "members": members})
     if isinstance(stmt, A.StructureStmt):
         if stmt.args:
             raise PdslError.at("WrongArity", "structure takes named matrices: J = ..., R = ..., B = ...", stmt.args[0].span)
@@ -93,14 +99,26 @@ def resolve_ph(stmt: A.Stmt, ev: Evaluator) -> Element:
     raise AssertionError(type(stmt))
 
 
-def _member(m: A.Expr) -> tuple[int, str, object]:
-    """A junction member: ``name``, ``tp.a``, optionally negated -> (sign, port, span)."""
+def _member(m: A.Expr, ev: Evaluator) -> tuple[int, str, object]:
+    """A junction member: ``name``, ``cap[i]``, ``tp.a``, ``tp[i].a``, optionally negated -> (sign, port, span).
+
+    A name that is not declared stays as written (the lowering reports it, with every other unknown member)."""
     sign = 1
     if isinstance(m, A.Neg):
         sign, m = -1, m.operand
-    if isinstance(m, A.Name):
-        return sign, m.id, m.span
-    if isinstance(m, A.Attr) and isinstance(m.base, A.Name):
-        return sign, f"{m.base.id}.{m.name}", m.span
+    base = m.base if isinstance(m, A.Attr) else m
+    if isinstance(base, A.Name | A.Index):
+        element = _element_name(base, ev)
+        return sign, (f"{element}.{m.name}" if isinstance(m, A.Attr) else element), m.span
     raise PdslError.at("BadJunction", "a junction member is an element, a two-port port (`tr.a`) or a named junction, "
                        "optionally with a minus sign", m.span)
+
+
+def _element_name(e: A.Expr, ev: Evaluator) -> str:
+    if isinstance(e, A.Name) and e.id not in ev.scope.names:
+        return e.id
+    target = ev.eval(e)
+    if isinstance(target, ElementRef):
+        return target.name
+    raise PdslError.at("BadJunction", "a junction member is an element, a two-port port (`tr.a`) or a named junction, "
+                       "optionally with a minus sign", e.span)

@@ -21,6 +21,7 @@ from . import model as M
 from .port_hamiltonian import JUNCTION_KINDS, resolve_ph
 from .expressions import (
     ArrayRef,
+    IndexedArray,
     BodyRef,
     ElementRef,
     Evaluator,
@@ -481,14 +482,69 @@ class _Resolver:
         self._bodies_pending.append((stmt, indices, refs))
 
     def _declare_elements(self, body) -> None:
+        """Bind p-H element names (and store states) before any expression is evaluated.
+
+        An indexed name (``cap[i]``, ``q[i]``) is expanded over the statement's ``for`` clause; every statement that
+        declares ``cap[...]`` contributes to the one array ``cap`` (so a first or last section may be written apart).
+        """
+        arrays: dict[str, dict] = {}
         for stmt in body:
             if isinstance(stmt, A.StoreStmt | A.ResistiveStmt | A.SourceStmt | A.TwoPortStmt):
                 ports = (stmt.port_a, stmt.port_b) if isinstance(stmt, A.TwoPortStmt) else ()
-                self._guard(self._bind, stmt.name, "element", stmt.span, ElementRef(stmt.name, _element_kind(stmt), ports))
+                kind = _element_kind(stmt)
+                self._guard(self._declare_ph_name, stmt, stmt.name, stmt.index, stmt.name_span, "element",
+                            lambda n, kind=kind, ports=ports: ElementRef(n, kind, ports), arrays)
             elif isinstance(stmt, A.JunctionStmt) and stmt.name:
-                self._guard(self._bind, stmt.name, "element", stmt.span, ElementRef(stmt.name, "junction"))
+                self._guard(self._declare_ph_name, stmt, stmt.name, stmt.index, stmt.name_span, "element",
+                            lambda n: ElementRef(n, "junction"), arrays)
             if isinstance(stmt, A.StoreStmt):
-                self._guard(self._bind, stmt.state, "var", stmt.span, S.sym(stmt.state))
+                self._guard(self._declare_ph_name, stmt, stmt.state, stmt.state_index, stmt.state_span, "var", S.sym, arrays)
+        for name, a in arrays.items():
+            indices = tuple(a["items"])
+            items = tuple(v for v, _ in a["items"].values())
+            what = "element" if a["kind"] == "element" else "store state"
+            value = IndexedArray(name, min(indices, default=0), items, indices=indices, what=what)
+            self._guard(lambda _s, name=name, a=a, value=value: self._bind(name, a["kind"], a["span"], value), None)
+
+    def _declare_ph_name(self, stmt, name: str, index: tuple, span: Span | None, kind: str, make, arrays: dict) -> None:
+        """One element (or store state) name: a scalar, or the entries ``name[i]`` its ``for`` clause declares."""
+        span = span or stmt.span
+        if not index:
+            if stmt.loops:
+                n = len(self._expand(stmt.loops))
+                if n != 1:
+                    what = "a store state" if kind == "var" else "an element"
+                    raise PdslError.at(
+                        "DuplicateDefinition",
+                        f"this `for` clause declares {what} `{name}` {n} times", span,
+                        f"index the name, as `{name}[{stmt.loops[0].var}]`, to make an array",
+                    )
+            self._bind(name, kind, span, make(name))
+            return
+        if len(index) != 1:
+            raise PdslError.at("WrongArity", f"`{name}` takes one index, got {len(index)}", span)
+        entry = arrays.setdefault(name, {"kind": kind, "span": span, "items": {}})
+        if entry["kind"] != kind:
+            raise PdslError.at(
+                "DuplicateDefinition", f"`{name}` is already declared on line {entry['span'].line}", span,
+                "an array holds either elements or store states",
+            )
+        for bind in self._expand(stmt.loops):
+            i = self._element_index(index[0], bind)
+            if i in entry["items"]:
+                first = entry["items"][i][1]
+                raise PdslError.at(
+                    "DuplicateDefinition", f"`{name}[{i}]` is declared twice (first on line {first.line})", span,
+                    "each index of an element array is declared once",
+                )
+            entry["items"][i] = (make(f"{name}[{i}]"), span)
+
+    def _element_index(self, expr: A.Expr, bind) -> int:
+        return int_value(Evaluator(self._const_scope(bind)).eval(expr), expr.span, "an element index")
+
+    def _element_name(self, name: str, index: tuple, bind) -> str:
+        """The name of the element a statement declares in one iteration of its loop: ``cap`` or ``cap[3]``."""
+        return f"{name}[{self._element_index(index[0], bind)}]" if index else name
 
     # ================================================================== deferred values
     def _finish_decls(self, _stmt, out) -> None:
@@ -795,11 +851,16 @@ class _Resolver:
     def _ph_element(self, stmt, bind, out) -> None:
         """A p-H statement -> an Element (pdsl.resolve.port_hamiltonian); junction members are checked here."""
         ev = self._ev(bind)
+        names = {}
+        if getattr(stmt, "name", None):
+            names["name"] = self._element_name(stmt.name, stmt.index, bind)
+        if isinstance(stmt, A.StoreStmt):
+            names["state"] = self._element_name(stmt.state, stmt.state_index, bind)
         if isinstance(stmt, A.JunctionStmt):
-            self._check_junction(stmt, ev)
-        out["elements"].append(resolve_ph(stmt, ev))
+            self._check_junction(stmt, ev, names.get("name"))
+        out["elements"].append(resolve_ph(stmt, ev, **names))
 
-    def _check_junction(self, stmt: A.JunctionStmt, ev: Evaluator) -> None:
+    def _check_junction(self, stmt: A.JunctionStmt, ev: Evaluator, name: str | None) -> None:
         if stmt.kind not in JUNCTION_KINDS:
             close = difflib.get_close_matches(stmt.kind, JUNCTION_KINDS, n=1)
             hint = f"did you mean `{close[0]}`?" if close else "common_effort (0-junction) or common_flow (1-junction)"
@@ -807,9 +868,18 @@ class _Resolver:
         for member in stmt.members:
             port = member.operand if isinstance(member, A.Neg) else member
             base = port.base if isinstance(port, A.Attr) else port
-            target = ev.eval(base) if isinstance(base, A.Name) else None
-            if isinstance(target, ElementRef) and target.name == stmt.name:
-                raise PdslError.at("TypeMismatch", f"junction `{stmt.name}` lists itself", member.span, "a bond joins two different junctions")
+            if isinstance(base, A.Index) and isinstance(base.base, A.Name):
+                array = ev.eval(base.base)
+                if isinstance(array, ElementRef):
+                    raise PdslError.at("TypeMismatch", f"`{array.name}` is a single element, not an array", base.span,
+                                       f"write `{array.name}` without an index")
+            target = ev.eval(base) if isinstance(base, A.Name | A.Index) else None
+            if isinstance(target, IndexedArray) and target.what == "element":
+                first = min(target.indices, default=1)
+                raise PdslError.at("TypeMismatch", f"`{target.name}` is an array of elements: a junction takes one of them",
+                                   member.span, f"index it, as `{target.name}[{first}]`")
+            if isinstance(target, ElementRef) and name is not None and target.name == name:
+                raise PdslError.at("TypeMismatch", f"junction `{name}` lists itself", member.span, "a bond joins two different junctions")
             if not isinstance(target, ElementRef):
                 raise PdslError.at(
                     "TypeMismatch",
