@@ -13,6 +13,7 @@ _OVERRIDES = {
     "data": "data", "method": "method", "epochs": "epochs", "batch": "batch", "chunk": "chunk", "stride": "stride",
     "integrator": "integrator", "substeps": "substeps", "project": "project", "loss": "loss", "lr": "lr", "weight_decay": "weight_decay",
     "seed": "seed", "val_fraction": "val_fraction", "threads": "threads", "formulation": "formulation", "tol": "tol",
+    "backend": "backend",
 }
 
 
@@ -41,6 +42,7 @@ def add_parsers(sub, common) -> None:
     p.add_argument("--observe", help="comma-separated columns the loss compares (default: all state and output columns)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="start value (free) or fixed value")
     p.add_argument("--threads", type=int, help="threads for the batched chunk loss (default 1)")
+    p.add_argument("--backend", help="auto (default: torch for networks with adamw) | casadi | torch: how chunk losses are evaluated")
     p.add_argument("--tol", type=float, help="gauss-newton: relative cost decrease that counts as converged")
     p.add_argument("--formulation", help="hamiltonian|lagrangian (Cartesian mechanics)")
     p.add_argument("--stop-after", type=int, metavar="EPOCHS", help="stop after this many epochs in total; --resume continues")

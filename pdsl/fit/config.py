@@ -43,10 +43,11 @@ class FitConfig:
     threads: int = 1
     formulation: str = "hamiltonian"
     network_seed: int | None = None  # default: seed
+    backend: str = "auto"  # auto | casadi | torch: how chunk losses are evaluated (pdsl.fit.torch_loss)
 
 
 _TYPES = {f.name: f.type for f in fields(FitConfig)}
-_NO_FINGERPRINT = {"epochs", "threads"}  # may change between a run and its resumption
+_NO_FINGERPRINT = {"epochs", "threads", "backend"}  # may change between a run and its resumption
 
 
 def _toml_error(path: str, text: str, key: str | None, message: str, hint: str | None = None) -> PdslError:

@@ -25,6 +25,7 @@ from . import outputs as out
 from .config import FitConfig, fingerprint, resolve_defaults
 from .data import Dataset, make_chunks, split_validation, load_dataset
 from .loss import ChunkLoss, LossSpec
+from .torch_loss import make_loss
 from .params import ParamLayout, make_layout
 from .train import Result, TrainOptions, adamw, gauss_newton
 
@@ -85,7 +86,7 @@ def prepare(model_path: str, model_name: str | None, cfg: FitConfig, consts: Map
     train, val = split_validation(data, cfg.val_fraction, cfg.seed)
     spec = LossSpec(steps=cfg.chunk, dt=data.dt, method=cfg.integrator, substeps=cfg.substeps, loss=cfg.loss,
                     threads=cfg.threads, project=cfg.project)
-    loss = ChunkLoss(num, layout, spec, data.observed)
+    loss = make_loss(num, layout, spec, data.observed, cfg)  # CasADi or torch backend (cfg.backend)
     return FitRun(model_path, m, num, layout, cfg, data, train, val, loss, p_start)
 
 

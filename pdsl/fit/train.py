@@ -216,6 +216,10 @@ def adamw(loss: ChunkLoss, train: Chunks, val: Chunks, state: State, opts: Train
     opt = _optimizer(tensors, decays, opts)
     _load_optimizer(opt, state.arrays)
     bar = _bar(opts, state, "adamw")
+    on_torch = getattr(loss, "backend", None) == "torch" and hasattr(loss, "objective") and not hasattr(loss, "reg")
+    threads = torch.get_num_threads()
+    if on_torch:  # one thread per fit by default: shared cores make torch's own thread pool spin (docs/fit.md)
+        torch.set_num_threads(max(1, getattr(loss.spec, "threads", 1)))
     try:
         while state.epoch < _last_epoch(opts):
             t0 = time.perf_counter()
@@ -226,8 +230,11 @@ def adamw(loss: ChunkLoss, train: Chunks, val: Chunks, state: State, opts: Train
             total = 0.0
             for start in range(0, len(order), opts.batch):
                 part = train.take(order[start : start + opts.batch])
-                fn = loss.value_grad_function(len(part))
-                value = casadi_loss(fn, torch.cat(tensors), *loss.batch_args(part))
+                if on_torch:  # torch backend: autograd through the batched rollout
+                    value = loss.objective(torch.cat(tensors), part)
+                else:  # CasADi backend: loss and reverse-mode gradient in one call, through the bridge
+                    fn = loss.value_grad_function(len(part))
+                    value = casadi_loss(fn, torch.cat(tensors), *loss.batch_args(part))
                 opt.zero_grad()
                 value.backward()
                 opt.step()
@@ -241,4 +248,5 @@ def adamw(loss: ChunkLoss, train: Chunks, val: Chunks, state: State, opts: Train
                 on_epoch(state)
     finally:
         bar.close()
+        torch.set_num_threads(threads)
     return Result(state=state, finished=state.epoch >= opts.epochs)
