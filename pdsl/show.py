@@ -65,7 +65,9 @@ def _tidy_network(e: sp.Expr) -> sp.Expr:
     energies) is shown expanded — sympy's simplify needs ~0.1 s per term to find the same form (seconds on a ladder)."""
     from .lower.port_hamiltonian import is_rational
 
-    return sp.expand(e) if is_rational(e) else _tidy(e)
+    if not is_rational(e):
+        return _tidy(e)
+    return _tidy(e) if any(p.exp.is_negative and p.base.is_Add for p in e.atoms(sp.Pow)) else sp.expand(e)
 
 
 class _Printer:
@@ -160,7 +162,8 @@ def render_system(system: SymbolicSystem, fmt: str = "text", *, simplify: bool =
     for eq in system.algebraic:
         out.append(_block(pr.eq(sp.Integer(0), tidy(eq.lhs - eq.rhs)), fmt, "", eq.origin, eq.label))
     if system.constraints:
-        h("Holonomic constraints (monitored)")
+        h("Constraints between stores (index reduction; monitored)" if system.formalism == "port-hamiltonian"
+          else "Holonomic constraints (monitored)")
         for c in system.constraints:
             out.append(_block(pr.eq(tidy(c.residual), sp.Integer(0)), fmt, "", c.origin, c.label))
     return "\n".join(out).lstrip("\n") + "\n"

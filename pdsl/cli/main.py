@@ -214,6 +214,8 @@ def _show_power(model, system) -> None:
         what = "supplied by" if role == "source" else "dissipated in"
         print(f"  {what} {port}: {power if role == 'source' else -power}")
     verdict = "holds identically" if pb.residual == 0 else f"FAILS: residual {pb.residual}"
+    if pb.residual == 0 and getattr(pb, "modulo", ()):
+        verdict = "holds on the constraints between stores (" + ", ".join(f"{g} = 0" for g in pb.modulo) + ")"
     print(f"  balance: {verdict}")
 
 

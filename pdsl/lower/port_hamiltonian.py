@@ -285,8 +285,8 @@ def _reduction(g, span, label, net: _Net, times: int) -> Reduction | None:
         raise PdslError.at("NotYetSupported", f"stores {names} are tied by a constraint through a neural component "
                            f"({label}); its derivative is not formed", where)
     order = ["once", "twice", "three times"][times] if times < 3 else f"{times + 1} times"
-    text = (f"index reduction: the junctions tie stores {names.replace('`', '')}; the constraint is differentiated "
-            f"{order}, the states are kept, start values are projected onto it")
+    text = (f"index reduction: the junctions tie stores {names.replace('`', '')}; differentiated {order}, states kept, "
+            "start values projected onto it")
     return Reduction(residual=g, stores=tuple((stores[x].name, stores[x].span) for x in tied), states=tuple(tied),
                      origin=span, times=times + 1, label=text)
 
@@ -321,6 +321,9 @@ def _tidy(expr):
     # tidy form, and sympy's simplify would spend 0.1–1 s per expression to find it
     if not expr.has(*_NO_SIMPLIFY) and not is_rational(expr):
         candidates.append(sp.simplify(expr))
+    elif _nested_fraction(expr):  # e.g. after an index reduction: q/(C1*R) − q/(C1*R + C1²R/C2) -> −q/(R*(C1 + C2))
+        candidates.append(sp.factor(sp.cancel(expr)))
+        candidates.append(sp.expand(sp.factor_terms(sp.cancel(expr))))
     for c in candidates:
         if c.has(sp.Piecewise) and not expr.has(sp.Piecewise):
             continue
@@ -328,6 +331,11 @@ def _tidy(expr):
         if c_ops <= best_ops:
             best, best_ops = c, c_ops
     return best
+
+
+def _nested_fraction(expr) -> bool:
+    """A denominator that is itself a sum (a rational function that expansion does not tidy)."""
+    return any(p.exp.is_negative and p.base.is_Add for p in expr.atoms(sp.Pow))
 
 
 def is_rational(expr) -> bool:
@@ -670,13 +678,15 @@ def power_balance(model: Model, system: SymbolicSystem) -> PowerBalance:
 
 def _on_manifold(expr, constraints, states):
     """``expr`` with each constraint g = 0 solved for one of its states (one in which it is linear) substituted."""
-    for g in constraints:
+    pending = list(constraints)
+    while pending:
+        g = pending.pop(0)
         for x in sorted(g.free_symbols & states, key=lambda s: s.name):
             c = sp.diff(g, x)
             if c != 0 and x not in c.free_symbols:
                 value = -(g - c * x).xreplace({x: 0}) / c
                 expr = expr.xreplace({x: value})
-                constraints = [h.xreplace({x: value}) for h in constraints]
+                pending = [h.xreplace({x: value}) for h in pending]
                 break
     return expr
 
