@@ -16,6 +16,35 @@ Sign convention (LANGUAGE.md §6): a junction member without a sign takes power
 from the junction, ``-x`` delivers power into it; a 0-junction (common_effort)
 has equal efforts and Σ s·f = 0, a 1-junction (common_flow) equal flows and
 Σ s·e = 0.
+
+**Index reduction.** When the junctions tie stores together — two capacitors
+directly in parallel (q1/C1 = q2/C2), two masses rigidly coupled on one
+common-flow junction (p1/m1 = p2/m2), a capacitor behind a transformer — the
+port equations determine only a combination of the stores' rates. The passes
+expose this as a constraint g(x) = 0 between store states: an equation left
+without unknowns after causal sorting, or (fallback) wᵀb = 0 for a left null
+vector w of the remaining linear system A·w = b. Each such g is **differentiated**
+(∇g·ẋ = 0 is an equation in the rates, which replaces it) and the passes run
+again; the result is an explicit ODE on **all** store states, with g recorded as
+a monitored constraint and as an invariant (``simulate`` projects start values
+onto it and lists what it changed; ``show`` names the stores and lines).
+
+Why differentiate and keep the states rather than merge stores into one state
+(q1 + q2 with C1 + C2)? Merging needs an explicit parametrisation of the
+constraint surface, which exists only for linear constraints; differentiation
+works unchanged for nonlinear stores (a quartic capacitor next to a linear one).
+Every store keeps its own state, so names, ``--init`` and CSV columns stay those
+of the model, and "one state per storage" holds. Drift is not an issue for linear
+storages: ∇g·f(x) = 0 holds for *every* x (not only on g = 0), so g is a linear
+first integral of the ODE, which BDF and Runge–Kutta methods preserve up to
+round-off. A nonlinear g drifts at the integrator's tolerance; it is monitored,
+and ``--stabilize project`` removes it. The elimination of the constraint force
+(the undetermined flow split) is symbolic, so no IDAS index-1 DAE is needed.
+Limits: a store tied to an exogenous input (a capacitor directly across a
+voltage source) would need the input's derivative and is a located
+``error[DependentStorage]``; the start projection is the minimum-norm Newton
+projection of ``simulate``, not the charge- (momentum-) conserving redistribution
+of an impulsive connection — give consistent start values when that matters.
 """
 
 from __future__ import annotations
