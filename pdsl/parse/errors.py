@@ -79,7 +79,7 @@ def _describe_expected(expected) -> str:
 def syntax_error(err: UnexpectedInput, path: str, text: str) -> PdslError:
     """Translate a lark error into the most specific diagnostic the text allows."""
     where = _error_position(err, text)
-    for explain in (_bracket_problem, _unclosed_model, _foreign_operator, _bad_number, _unknown_statement):
+    for explain in (_bracket_problem, _unclosed_model, _foreign_operator, _bad_number, _unknown_statement, _element_range):
         found = explain(text, where, path)
         if found is not None:
             return found
@@ -282,3 +282,25 @@ def _unknown_statement(text: str, where: tuple[int, int], path: str) -> PdslErro
     close = difflib.get_close_matches(word, STATEMENT_KEYWORDS, n=1)
     hint = f"did you mean `{close[0]}`?" if close else "a statement starts with a keyword (param, var, body, link, ...) or is an equation `lhs = rhs`"
     return PdslError.at("UnknownStatement", f"`{word}` does not start a statement", Span.point(path, where[0], m.start(2) + 1, len(word)), hint)
+
+
+_ELEMENT_RANGE = re.compile(
+    r"\s*(?:flow_store|effort_store|resistive|flow_source|effort_source|transformer|gyrator|junction)\s+"
+    r"([A-Za-z_]\w*)\s*\[([^\]\n]*)\.\.([^\]\n]*)\]"
+)
+
+
+def _element_range(text: str, where: tuple[int, int], path: str) -> PdslError | None:
+    """``flow_store cap[1..N](q) ...``: an array of p-H elements is declared with an index and a ``for`` clause."""
+    lines = text.splitlines()
+    if not 1 <= where[0] <= len(lines):
+        return None
+    m = _ELEMENT_RANGE.match(lines[where[0] - 1])
+    if not m or not m.start(2) < where[1] <= m.end():
+        return None
+    name, lo, hi = m.group(1), m.group(2).strip(), m.group(3).strip()
+    return PdslError.at(
+        "Syntax", f"an element name takes one index, not a range `{lo}..{hi}`",
+        Span.point(path, where[0], m.start(2) + 1, m.end(3) - m.start(2)),
+        f"declare the array with a loop: `{name}[i] ... for i in {lo}..{hi}` (and index its state: `q[i]`)",
+    )

@@ -92,6 +92,8 @@ class IndexedArray(ArrayRef):
 
 def _index_text(indices) -> str:
     """1..4, 6, 9..10"""
+    if not indices:
+        return "none (no statement declares an entry)"
     runs, out = [], []
     for i in sorted(indices):
         if runs and i == runs[-1][1] + 1:
