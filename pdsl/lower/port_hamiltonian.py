@@ -8,7 +8,8 @@ Two forms are accepted:
   which is simplified by structural passes: alias elimination (junction
   equalities), causal sorting (solve an equation for its single unknown), then a
   linear solve of what remains when it is linear; anything left is kept as
-  algebraic variables for IDAS.
+  algebraic variables for IDAS (a store's rate caught in such a nonlinear loop
+  becomes the algebraic variable ``rate(x)``, with der(x) = rate(x)).
 * the **input-state-output** form ``structure J = …, R = …, B = …`` with ``var``
   states and a ``hamiltonian``: ẋ = (J − R)∇H + B u (C1), J skew, R ⪰ 0.
 
@@ -227,16 +228,23 @@ def _solve_network(net: _Net) -> _Solution:
                 break
             hidden = _hidden_constraints(eqs, remaining)
             if hidden is None:
-                if rates & open_:
-                    names = ", ".join(s.name for s in sorted(rates & open_, key=lambda s: s.name))
+                if len(eqs) != len(remaining):
+                    names = ", ".join(_shown(s) for s in remaining)
                     raise PdslError.at(
-                        "DependentStorage",
-                        f"the rates {names} are not determined by the network, and no constraint between the stores "
-                        "explains it (the equations left are nonlinear or underdetermined)",
+                        "UnbalancedSystem",
+                        f"the network leaves {len(remaining)} port variables or rates ({names}) to {len(eqs)} equations "
+                        "that no index reduction explains",
                         model.span,
-                        "a nonlinear algebraic loop between stores is not reduced; put a resistive element between them",
                     )
-                algebraics = [s for s in remaining if s not in rates]
+                # an algebraic loop (through nonlinear elements): the equations stay for IDAS; a rate caught in the
+                # loop becomes an algebraic variable `rate(x)` with der(x) = rate(x)
+                for st in net.states:
+                    if st.rate in open_:
+                        z = S.sym(f"rate({st.name})")
+                        eqs = [(r.xreplace({st.rate: z}), span, label) for r, span, label in eqs]
+                        subs[st.rate] = z
+                        remaining = [z if v == st.rate else v for v in remaining]
+                algebraics = remaining
                 alg_eqs = eqs
                 break
             constraints, eqs = hidden
@@ -254,6 +262,11 @@ def _solve_network(net: _Net) -> _Solution:
             dg = sum((sp.diff(red.residual, x) * rate_of[x] for x in red.states), sp.Integer(0))
             eqs.append((dg.xreplace(closed), red.origin, f"index reduction: d/dt({red.residual}) = 0"))
     return _Solution(subs=_closure(subs), algebraics=algebraics, alg_eqs=alg_eqs, reductions=reductions)
+
+
+def _shown(symbol) -> str:
+    """dt(q) -> der(q); port variables as they are."""
+    return "der(" + symbol.name[3:-1] + ")" if symbol.name.startswith("dt(") else symbol.name
 
 
 def _hidden_constraints(eqs, remaining):

@@ -82,6 +82,14 @@ end
   junction common_effort(cap1, cap2, res)
 end
 """,
+    "loop": """model NonlinearLoop "a capacitor discharged through two nonlinear resistors in series"
+  param C = 1.0
+  flow_store cap(q) energy q^2/(2*C)
+  resistive r1: f = e^3 + e
+  resistive r2: f = 2*e^3 + e
+  junction common_flow(cap, r1, r2)
+end
+""",
 }
 
 _cache: dict = {}
@@ -200,6 +208,30 @@ def test_nonlinear_capacitors_reduce_and_dissipate():
     assert np.diff(res.energy).max() <= 1e-12
     assert res.energy[-1] < 0.2 * res.energy[0]
     assert np.abs(res.constraint_rms).max() <= 1e-8  # a nonlinear invariant drifts, at the integrator's tolerance
+
+
+def test_rate_inside_a_nonlinear_loop_becomes_an_algebraic_variable():
+    """The common current of two nonlinear resistors in series solves e1(f) + e2(f) = −q/C (no closed form): the
+    rate of q is an algebraic variable rate(q) and IDAS integrates the index-1 DAE. Reference: scipy on q' = f(q),
+    f found by bisection."""
+    import scipy.integrate
+    import scipy.optimize
+
+    c = compiled("loop")
+    assert [a.name for a in c.system.algebraics][0] == "rate(q)"
+
+    def e_of(f, cubic):  # invert f = cubic·e³ + e (monotone)
+        return scipy.optimize.brentq(lambda e: cubic * e**3 + e - f, -10, 10, xtol=1e-15)
+
+    def rate(t, q):
+        return [scipy.optimize.brentq(lambda f: e_of(f, 1) + e_of(f, 2) + q[0], -50, 50, xtol=1e-15)]
+
+    grid = time_grid(2.0, 0.25)
+    ref = scipy.integrate.solve_ivp(rate, (0, 2), [1.0], t_eval=grid, rtol=1e-12, atol=1e-14).y[0]
+    res = simulate(c.numeric, grid, x0={"q": 1.0}, rtol=1e-10)
+    assert res.info["integrator"] == "idas"
+    err = np.abs(column(res, c.numeric, "q") - ref).max()
+    assert err <= 1e-7, err
 
 
 # ---------------------------------------------------------------------------------------------- start values
