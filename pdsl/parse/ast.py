@@ -69,6 +69,16 @@ class Generator(Expr):
 
 
 @dataclass(**_FROZEN)
+class MemberLoop(Expr):
+    """``cap[i] for i in 1..N`` in a junction's member list: the member repeated over a range."""
+
+    body: Expr
+    var: str
+    lo: Expr
+    hi: Expr
+
+
+@dataclass(**_FROZEN)
 class Index(Expr):
     base: Expr
     indices: tuple[Expr, ...]
@@ -265,7 +275,7 @@ class JunctionStmt(Stmt):
     name: str | None
     kind: str
     kind_span: Span
-    members: tuple[Expr, ...]
+    members: tuple[Expr, ...]  # names, ``tr.a``, ``cap[i]``, ``-x``, or a MemberLoop of these
     index: tuple[Expr, ...] = ()
     name_span: Span | None = None
 

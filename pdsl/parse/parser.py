@@ -331,6 +331,13 @@ class _ToAst(Transformer_NonRecursive):
             name_span=name_span,
         )
 
+    def member_list(self, meta, items):
+        return tuple(items)
+
+    def member_loop(self, meta, items):
+        body, var, lo, hi = items
+        return A.MemberLoop(span=self._sp(meta), body=body, var=str(var), lo=lo, hi=hi)
+
     def structure_stmt(self, meta, items):
         a, k = _split_args(items[0])
         return A.StructureStmt(span=self._sp(meta), args=a, kwargs=k)

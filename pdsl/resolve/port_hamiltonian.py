@@ -34,11 +34,13 @@ def _flags(attrs, allowed: set[str]) -> set[str]:
     return out
 
 
-def resolve_ph(stmt: A.Stmt, ev: Evaluator, *, name: str | None = None, state: str | None = None) -> Element:
+def resolve_ph(stmt: A.Stmt, ev: Evaluator, *, name: str | None = None, state: str | None = None,
+               members: list | None = None) -> Element:
     """One p-H statement -> Element (kind, name, data).
 
     ``name`` (and ``state`` for a store) is the element's name in this iteration of the statement's ``for`` clause
-    (``cap[3]``, ``q[3]``); the resolver computes it. Without one, the statement's own name is used.
+    (``cap[3]``, ``q[3]``); the resolver computes it. Without one, the statement's own name is used. ``members`` are a
+    junction's members as (expression, evaluator) pairs, with member loops (``cap[i] for i in 1..N``) expanded.
     """
     name = name if name is not None else getattr(stmt, "name", None)
     if isinstance(stmt, A.StoreStmt):
@@ -78,7 +80,8 @@ def resolve_ph(stmt: A.Stmt, ev: Evaluator, *, name: str | None = None, state: s
         if stmt.kind not in JUNCTION_KINDS:
             raise PdslError.at("UnknownJunction", f"unknown junction kind `{stmt.kind}`", stmt.kind_span,
                                "common_effort (0-junction) or common_flow (1-junction)")
-        members = tuple(_member(m, ev) for m in stmt.members)
+        pairs = members if members is not None else [(m, ev) for m in stmt.members]
+        members = tuple(_member(m, local) for m, local in pairs)
         if len(members) < 2:
             raise PdslError.at("BadJunction", "a junction connects at least two ports", stmt.span)
         return Element(kind="junction", name=name, span=stmt.span, data={"kind": stmt.kind, "members": members})

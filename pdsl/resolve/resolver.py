@@ -857,15 +857,34 @@ class _Resolver:
         if isinstance(stmt, A.StoreStmt):
             names["state"] = self._element_name(stmt.state, stmt.state_index, bind)
         if isinstance(stmt, A.JunctionStmt):
-            self._check_junction(stmt, ev, names.get("name"))
+            names["members"] = self._junction_members(stmt, ev, bind)
+            self._check_junction(stmt, names["members"], names.get("name"))
         out["elements"].append(resolve_ph(stmt, ev, **names))
 
-    def _check_junction(self, stmt: A.JunctionStmt, ev: Evaluator, name: str | None) -> None:
+    def _junction_members(self, stmt: A.JunctionStmt, ev: Evaluator, bind) -> list:
+        """The members of a junction, each with the evaluator it is read in: ``cap[i] for i in 1..N`` gives N."""
+        out = []
+        for m in stmt.members:
+            if not isinstance(m, A.MemberLoop):
+                out.append((m, ev))
+                continue
+            if m.var in bind or m.var in self.declared or m.var in self.consts or m.var in _RESERVED:
+                raise PdslError.at("DuplicateDefinition", f"the loop variable `{m.var}` is already a name here", m.span,
+                                   "choose an index name that the model and the statement's `for` clause do not use")
+            scope = Evaluator(self._const_scope(bind))
+            lo = int_value(scope.eval(m.lo), m.lo.span, "a loop bound")
+            hi = int_value(scope.eval(m.hi), m.hi.span, "a loop bound")
+            if hi - lo + 1 > MAX_ARRAY:
+                raise PdslError.at("BadArrayBounds", f"the loop {lo}..{hi} is too long", m.span)
+            out += [(m.body, ev.with_names({m.var: sp.Integer(i)})) for i in range(lo, hi + 1)]
+        return out
+
+    def _check_junction(self, stmt: A.JunctionStmt, members: list, name: str | None) -> None:
         if stmt.kind not in JUNCTION_KINDS:
             close = difflib.get_close_matches(stmt.kind, JUNCTION_KINDS, n=1)
             hint = f"did you mean `{close[0]}`?" if close else "common_effort (0-junction) or common_flow (1-junction)"
             raise PdslError.at("UnknownJunctionKind", f"unknown junction kind `{stmt.kind}`", stmt.kind_span, hint)
-        for member in stmt.members:
+        for member, ev in members:
             port = member.operand if isinstance(member, A.Neg) else member
             base = port.base if isinstance(port, A.Attr) else port
             if isinstance(base, A.Index) and isinstance(base.base, A.Name):

@@ -166,6 +166,29 @@ def test_three_capacitors_discharge_like_one_capacitor():
     assert err <= 1e-8, err
 
 
+def test_array_of_parallel_capacitors_discharges_like_one_capacitor():
+    """N capacitors on one node, written with a member loop (`cap[i] for i in 1..N`): N − 1 constraints, and the
+    node voltage decays with R·ΣC."""
+    text = """model Star
+  const N = 3
+  param C[1..N] = 0.1, R = 2.0
+  flow_store cap[i](q[i]) energy q[i]^2/(2*C[i]) for i in 1..N
+  resistive res: e = R*f
+  junction common_effort(cap[i] for i in 1..N, res)
+end
+"""
+    c = compile_model("star.phm", text=text, consts={"N": 5})
+    num = c.numeric
+    assert len(c.system.states) == 5 and len(c.system.constraints) == 4 and not c.system.algebraics
+    C = [0.1, 0.05, 0.2, 0.3, 0.15]
+    V0, R = 1.2, 2.0
+    res = simulate(num, time_grid(2.0, 0.05), x0={f"q[{i + 1}]": C[i] * V0 for i in range(5)},
+                   params={f"C[{i + 1}]": C[i] for i in range(5)}, rtol=1e-12)
+    v = V0 * np.exp(-res.t / (R * sum(C)))
+    err = max(np.abs(column(res, num, f"q[{i + 1}]") - C[i] * v).max() for i in range(5))
+    assert err <= 1e-8, err
+
+
 def test_rigidly_coupled_masses_behave_as_one_mass():
     """Against the one-mass model with m = m1 + m2, under a forcing F = sin(2t) + 0.5, from a common velocity."""
     two, one = compiled("masses").numeric, compiled("one_mass").numeric

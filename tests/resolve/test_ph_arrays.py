@@ -115,6 +115,20 @@ def test_two_port_arrays_and_const_override():
     assert len(system.states) == 6
 
 
+def test_member_loop_expands_in_the_junction_list():
+    """`common_effort(cap[i] for i in 1..N, -src)`: N members and one more, signs kept, N from --const."""
+    m = _load("""
+        const N = 3
+        input V
+        resistive r[i]: e = f for i in 1..N
+        effort_source src = V
+        junction n[k]: common_effort(-src, r[i] for i in 1..k) for k in N..N
+    """, consts={"N": 4})
+    (j,) = [e for e in m.elements if e.kind == "junction"]
+    assert j.name == "n[4]"
+    assert [(sign, port) for sign, port, _ in j.data["members"]] == [(-1, "src")] + [(1, f"r[{i}]") for i in range(1, 5)]
+
+
 # (name, body, code, line, col, fragment); the body's first line is line 2
 ERRORS = [
     ("member_index_out_of_range",
@@ -161,6 +175,12 @@ ERRORS = [
     ("empty_array_named_in_junction",
      "const N = 1\nresistive r[i]: e = f for i in 2..N\nresistive s: e = f\njunction common_effort(s, r[1])",
      "BadIndex", 5, 29, "has indices none"),
+    ("member_loop_variable_clashes",
+     "resistive r[i]: e = f for i in 1..2\njunction common_effort(r[i] for i in 1..2) for i in 1..1",
+     "DuplicateDefinition", 3, 26, "`i` is already a name here"),
+    ("member_loop_out_of_range",
+     "resistive r[i]: e = f for i in 1..2\njunction common_effort(r[i] for i in 1..3)",
+     "BadIndex", 3, 26, "`r[3]` is not declared"),
     ("array_name_clashes_with_param",
      "param c = 1\nresistive c[i]: e = f for i in 1..2",
      "DuplicateDefinition", 3, 13, "`c` is already declared"),
