@@ -101,7 +101,7 @@ ERRORS = [
     ("derivative_in_potential", _model("space 2\nbody b = point(mass = 1)\npotential der(b.x)"), "NotAllowedHere", 4, 13, "der(...)"),
     # ---- formalism (found by the lowering)
     ("plain_equation_and_lagrangian", _model("coord x\nvar y\nder(y) = 1\nlagrangian der(x)^2/2"), "MixedFormalism", 4, 3, "lagrangian"),
-    ("unbalanced_plain_system", _model("var x, y\nder(x) = -x"), "UnbalancedSystem", 1, 1, "1 algebraic variable (y) but 0"),
+    ("unbalanced_plain_system", _model("var x, y\nder(x) = -x"), "UnbalancedSystem", 2, 10, "1 algebraic variable (y) but 0"),
     ("hamiltonian_without_momenta", _model("coord q\nhamiltonian q^2/2"), "UnbalancedSystem", 3, 3, "1 coordinate but 0 momenta"),
     # ---- Cartesian mechanics
     ("rigid_body_too_big_for_space", _model("space 2\nbody r = rigid(dim = 3, mass = 1, moments = [1, 1, 1])"), "BadDimension", 3, 24, "space is 2-dimensional"),
