@@ -105,13 +105,36 @@ def position_rates(system: SymbolicSystem, positions) -> dict[sp.Symbol, sp.Expr
     return out
 
 
+def partial_derivatives(expr: sp.Expr, symbols) -> dict[sp.Symbol, sp.Expr]:
+    """∂expr/∂s for the given symbols that occur in expr (non-zero ones only).
+
+    A polynomial in those symbols (every Cartesian constraint row: distances, joints, hinge
+    axes) goes through ``sp.Poly``, several times faster than ``sp.diff`` on sums of products
+    with float coefficients; anything else through ``sp.diff``.
+    """
+    gens = [s for s in symbols if s in expr.free_symbols]
+    if not gens:
+        return {}
+    try:
+        poly = sp.Poly(expr, *gens)
+    except sp.PolynomialError:
+        poly = None
+    out = {}
+    for g in gens:
+        d = poly.diff(g).as_expr() if poly is not None else sp.diff(expr, g)
+        if d != 0:
+            out[g] = d
+    return out
+
+
 def derived_invariants(system: SymbolicSystem, positions, velocity_constraints=()) -> tuple[Constraint, ...]:
     """Φ and Φ̇ = DΦ·ẋ(x) for each holonomic constraint, plus velocity constraints as given."""
     vel = position_rates(system, positions)
     out = []
     for c in system.constraints:
         out.append(c)
-        dphi = sum((sp.diff(c.residual, x) * v for x, v in vel.items() if x in c.residual.free_symbols), sp.Integer(0))
+        grad = partial_derivatives(c.residual, list(vel))
+        dphi = sp.Add(*(g * vel[x] for x, g in grad.items()))
         dphi += sp.diff(c.residual, S.TIME)
         if dphi != 0:
             out.append(Constraint(residual=dphi, origin=c.origin, label=f"{c.label} (velocity level)"))

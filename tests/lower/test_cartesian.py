@@ -307,7 +307,8 @@ def test_duplicate_link_is_singular():
     assert {d.span.line for d in err.diagnostics} == {6, 8}
 
 
-def test_hinge_not_yet_supported():
+def test_hinge_is_lowered_with_one_degree_of_freedom():
+    """A hinge = joint (3 rows) + 2 independent axis rows (A2.5); tests/lower/test_hinge.py checks it in depth."""
     text = """
 model H
   space 3
@@ -315,8 +316,10 @@ model H
   hinge ground, r, axis = [0, 0, 1]
 end
 """
-    err = _error(text)
-    assert err.codes == ["NotYetSupported"] and err.diagnostics[0].span.line == 5
+    model = load_models("test.phm", text=text)[0]
+    system = lower_cartesian(model, "hamiltonian")
+    assert len(system.states) // 2 - len(system.constraints) == 1
+    assert [c.label for c in system.constraints][-2:] == ["hinge ground–r (axis, across 1)", "hinge ground–r (axis, across 2)"]
 
 
 # ------------------------------------------------------------------ the lowered linear system
