@@ -68,8 +68,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--baumgarte-beta", type=float, default=None, metavar="B",
                    help="Baumgarte stiffness β (default: equal to α, critical damping)")
     p.add_argument("--no-project", action="store_true", help="do not project the initial state onto the constraints")
-    p.add_argument("--random-init", type=int, metavar="N", help="simulate N random initial states (perturbed and projected)")
-    p.add_argument("--random-scale", type=float, default=0.2, help="standard deviation of the random perturbation")
+    p.add_argument("--random-init", type=int, metavar="N",
+                   help="simulate N random initial states, drawn by the sampling statements (--sample, --sample-file, "
+                        "or FILE.sample beside the model), else perturbed by --random-scale; each projected onto the constraints")
+    p.add_argument("--random-scale", type=float, default=None,
+                   help="generic draws: standard deviation of the perturbation of every state (default 0.2)")
+    p.add_argument("--sample", action="append", default=[], metavar="STATEMENT",
+                   help='a sampling statement, e.g. "q = uniform(-pi/2, pi/2)" or "b.x = l*sin(q)" (docs/simulate.md)')
+    p.add_argument("--sample-file", metavar="FILE", help="sampling statements, one per line")
     p.add_argument("--seed", type=int, default=0, help="seed of --random-init")
     p.add_argument("--threads", type=int, default=2, help="threads for --random-init")
     p.add_argument("--formulation", default="hamiltonian", help="hamiltonian|lagrangian (Cartesian mechanics)")
@@ -256,6 +262,8 @@ def cmd_simulate(args) -> int:
         inputs[name] = input_from_expression(num, name, value)
     if args.random_init is not None:
         return _simulate_random(args, m, num, grid, init, params, inputs)
+    if args.sample or args.sample_file or args.random_scale is not None:
+        raise PdslError.at("BadOption", "--sample, --sample-file and --random-scale need --random-init N")
     res = simulate(num, grid, x0=init, params=params, inputs=inputs, rtol=args.rtol, atol=args.atol,
                    integrator=args.integrator, substeps=args.substeps, project=not args.no_project,
                    stabilize=args.stabilize, baumgarte_alpha=args.baumgarte_alpha, baumgarte_beta=args.baumgarte_beta)
@@ -287,6 +295,31 @@ def cmd_simulate(args) -> int:
     return EXIT_OK
 
 
+def _sampler(args, m, num, p):
+    """The sampling statements of --sample-file / --sample, else FILE.sample beside the model (none with --random-scale)."""
+    from pathlib import Path
+
+    from ..sim.sampling import build_sampler, statements_from_file, statements_from_options
+
+    statements, sources = [], []
+    if args.sample_file:
+        statements += statements_from_file(args.sample_file)
+        sources.append(args.sample_file)
+    if args.sample:
+        statements += statements_from_options(args.sample)
+        sources.append("--sample")
+    if not statements and args.random_scale is None:
+        beside = Path(args.file).with_suffix(".sample")
+        if beside.is_file():
+            statements, sources = statements_from_file(beside), [str(beside)]
+    if not statements:
+        return None
+    if args.random_scale is not None:
+        raise PdslError.at("BadOption", "--random-scale applies to the generic perturbation: with sampling statements "
+                           "the statements define the draws", hint="drop --random-scale, or drop --sample/--sample-file")
+    return build_sampler(statements, num, p, m.consts, " and ".join(sources))
+
+
 def _print_baumgarte(info) -> None:
     gains = info.get("baumgarte")
     if gains is not None:
@@ -297,14 +330,20 @@ def _simulate_random(args, m, num, grid, init, params, inputs) -> int:
     import numpy as np
 
     from ..data.csvio import write_table
-    from ..sim.initial import initial_state, random_initial_states
+    from ..sim.initial import initial_state, random_initial_states, sampled_initial_states
     from ..sim.simulate import simulate_batch
 
     if args.threads < 1:
         raise PdslError.at("BadOption", f"--threads must be at least 1, got {args.threads}")
     p = num.param_vector(params)
     base = initial_state(num, init, p)
-    x0s = random_initial_states(num, base, p, args.random_init, args.seed, args.random_scale)
+    sampler = _sampler(args, m, num, p)
+    if sampler is not None:
+        drawn = sampled_initial_states(num, sampler, base, p, args.random_init, args.seed)
+        x0s = drawn.x
+    else:
+        scale = 0.2 if args.random_scale is None else args.random_scale
+        x0s = random_initial_states(num, base, p, args.random_init, args.seed, scale)
     runs = simulate_batch(num, grid, x0s, params=params, inputs=inputs, rtol=args.rtol, atol=args.atol,
                           integrator=args.integrator, substeps=args.substeps, stabilize=args.stabilize,
                           threads=args.threads, baumgarte_alpha=args.baumgarte_alpha, baumgarte_beta=args.baumgarte_beta)
@@ -312,6 +351,12 @@ def _simulate_random(args, m, num, grid, init, params, inputs) -> int:
     data = np.vstack([np.column_stack([np.full(len(grid), k), r.columns()[1]]) for k, r in enumerate(runs)])
     _write(lambda: write_table(args.output, ["traj", *names], data), args.output)
     print(f"{m.name}: {len(runs)} trajectories × {len(grid)} samples (seed {args.seed}) -> {args.output}")
+    if sampler is not None:
+        moved = f"; projection onto the constraints moved them by at most {drawn.max_change:.3g}" \
+            if num.invariants.size1_out(0) else ""
+        print(f"  initial states: {len(sampler.targets)} values drawn by {sampler.source}{moved}")
+    else:
+        print(f"  initial states: start state + {scale:g}·N(0, 1) on every state, projected onto the constraints")
     _print_baumgarte(runs[0].info)
     if runs[0].energy is not None:
         drift = max(float(np.max(np.abs(r.energy - r.energy[0]))) for r in runs)

@@ -16,7 +16,7 @@ import numpy as np
 from ..backend.functions import NumericSystem
 from ..diagnostics import PdslError
 
-__all__ = ["Projector", "initial_state", "random_initial_states"]
+__all__ = ["Projector", "initial_state", "random_initial_states", "sampled_initial_states", "SampledStates"]
 
 
 @dataclass(frozen=True)
@@ -97,26 +97,32 @@ def initial_state(num: NumericSystem, overrides: Mapping[str, float], p: np.ndar
             raise PdslError.at("BadOption", f"--init {name}: `{name}` is not a state of {num.system.name}",
                                hint="states: " + ", ".join(names))
     if shown:
-        x = _solve_shown(num, x, shown, p, t0)
+        x = _ShownSolver(num, p, t0).solve(x, shown)
     return x
 
 
-def _solve_shown(num, x, shown, p, t0):
-    """Find the state whose shown columns take the requested values (others keep theirs)."""
-    T = ca.SX if num.kind == "SX" else ca.MX
-    xs = T.sym("x", num.nx)
-    y = num.report(t0, xs, p)
-    f = ca.Function("shown", [xs], [y, ca.jacobian(y, xs)])
-    target = np.asarray(f(x)[0]).ravel()
-    for name, value in shown.items():
-        target[num.report_names.index(name)] = value
-    for _ in range(20):
-        yv, J = (np.asarray(v) for v in f(x))
-        res = yv.ravel() - target
-        if np.max(np.abs(res)) < 1e-13 * max(1.0, np.max(np.abs(target))):
-            break
-        x = x - np.linalg.lstsq(J, res, rcond=None)[0]
-    return x
+class _ShownSolver:
+    """Find the state whose shown columns take requested values (the others keep theirs)."""
+
+    def __init__(self, num: NumericSystem, p, t0: float = 0.0):
+        T = ca.SX if num.kind == "SX" else ca.MX
+        xs = T.sym("x", num.nx)
+        y = num.report(t0, xs, p)
+        self.num = num
+        self._f = ca.Function("shown", [xs], [y, ca.jacobian(y, xs)])
+
+    def solve(self, x, shown: Mapping[str, float]) -> np.ndarray:
+        x = np.array(x, dtype=float)
+        target = np.asarray(self._f(x)[0]).ravel()
+        for name, value in shown.items():
+            target[self.num.report_names.index(name)] = value
+        for _ in range(20):
+            yv, J = (np.asarray(v) for v in self._f(x))
+            res = yv.ravel() - target
+            if np.max(np.abs(res)) < 1e-13 * max(1.0, np.max(np.abs(target))):
+                break
+            x = x - np.linalg.lstsq(J, res, rcond=None)[0]
+        return x
 
 
 def random_initial_states(num: NumericSystem, base: np.ndarray, p: np.ndarray, n: int, seed: int, scale: float) -> np.ndarray:
@@ -131,3 +137,36 @@ def random_initial_states(num: NumericSystem, base: np.ndarray, p: np.ndarray, n
         return draws
     proj = Projector(num)
     return np.array([proj.project(d, p).x for d in draws])
+
+
+@dataclass(frozen=True)
+class SampledStates:
+    """Initial states drawn by a declared sampler: ``x`` projected, ``raw`` as drawn (rows = draws)."""
+
+    x: np.ndarray
+    raw: np.ndarray
+    values: dict  # sampled target name -> values as drawn (before projection)
+    max_change: float  # largest |projected − drawn| over all draws and states
+
+
+def sampled_initial_states(num: NumericSystem, sampler, base: np.ndarray, p: np.ndarray, n: int, seed: int,
+                           t0: float = 0.0) -> SampledStates:
+    """n draws of ``sampler`` (pdsl.sim.sampling) on top of ``base``, each projected onto Φ = 0, Φ̇ = 0."""
+    if n < 1 or n > 100_000:
+        raise PdslError.at("BadOption", f"--random-init must be between 1 and 100000, got {n}")
+    values = sampler.sample(n, seed)
+    X = np.tile(np.asarray(base, dtype=float), (n, 1))
+    shown = {}
+    for name, v in values.items():
+        if name in num.x_names:
+            X[:, num.x_names.index(name)] = v
+        else:
+            shown[name] = v
+    if shown:
+        solver = _ShownSolver(num, p, t0)
+        X = np.array([solver.solve(X[r], {k: v[r] for k, v in shown.items()}) for r in range(n)])
+    raw = X.copy()
+    if num.invariants.size1_out(0):
+        proj = Projector(num)
+        X = np.array([proj.project(x, p, t0).x for x in X])
+    return SampledStates(x=X, raw=raw, values=values, max_change=float(np.max(np.abs(X - raw))) if n else 0.0)
