@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import operator
+import os
 from dataclasses import dataclass
 from typing import Callable
 
@@ -454,7 +455,10 @@ class TorchSystem:
     Shapes: t (B,), x (B, nx), u (B, nu), results (B, ·); ``bound = system.bind(p)`` with p the
     full parameter vector (physical parameters, then network weights: the CasADi layout)."""
 
-    def __init__(self, system: SymbolicSystem):
+    def __init__(self, system: SymbolicSystem, core: str = "auto"):
+        """``core``: ``auto`` (generated C for the symbolic part of the rhs when a C compiler is
+        available, :mod:`pdsl.backend.torch_core`; env ``PDSL_TORCH_CORE=tape`` turns it off),
+        ``c`` (required), or ``tape`` (torch operations only)."""
         if system.algebraics:
             raise PdslError.at("NotYetSupported", f"{system.name} is a DAE; the torch backend takes ODE models",
                                system.span, "fit it with the CasADi backend (--backend casadi)")
@@ -471,7 +475,16 @@ class TorchSystem:
         self.nx = len(system.states)
         laws = system.input_laws()
         self._laws = laws
-        self._rhs = self._compile_rhs()
+        core = os.environ.get("PDSL_TORCH_CORE", core) if core == "auto" else core
+        self._core = None
+        if core in ("auto", "c"):
+            from .torch_core import build_core
+
+            self._core = build_core(system, self._net_by_fn, laws)
+            if self._core is None and core == "c":
+                raise PdslError.at("NotYetSupported", f"{system.name}: no compiled core (no C compiler, or networks "
+                                   "fed by networks)", system.span)
+        self._rhs_tape = None
         self._report = self._program([e for _, e in columns])
         self._outputs = self._program([o.expr for o in system.outputs])
         self._shown = self._compile_state_from_shown(columns)
@@ -547,7 +560,20 @@ class TorchSystem:
             leaves["u"] = u.unbind(1)
         return _Ctx(B, bound.layers), leaves
 
+    @property
+    def core(self) -> str:
+        """How the rhs is evaluated: ``c`` (generated C core + torch networks) or ``tape``."""
+        return "c" if self._core is not None else "tape"
+
+    @property
+    def _rhs(self) -> "_Program":
+        if self._rhs_tape is None:
+            self._rhs_tape = self._compile_rhs()
+        return self._rhs_tape
+
     def rhs(self, t, x: torch.Tensor, bound: Bound, u: torch.Tensor | None = None) -> torch.Tensor:
+        if self._core is not None:
+            return self._core.rhs(_column(t, x.shape[0]), x, bound, u, mlp_torch)
         ctx, leaves = self._leaves(t, x, bound, u)
         return _stack_columns(self._rhs.run(ctx, leaves), x.shape[0])
 

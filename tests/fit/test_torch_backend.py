@@ -67,11 +67,24 @@ def _compile(path, text, consts, seed=3):
     return compile_model(path or "m.phm", text=text, consts=consts, seed=seed)
 
 
+@pytest.fixture(params=["c", "tape"])
+def core(request, monkeypatch):
+    """Both ways of evaluating the symbolic part of the rhs: generated C (pdsl.backend.torch_core) and torch ops."""
+    if request.param == "c":
+        from pdsl.backend.torch_core import compiler
+
+        if compiler() is None:
+            pytest.skip("no C compiler")
+    monkeypatch.setenv("PDSL_TORCH_CORE", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("name,path,text,consts", CASES, ids=[c[0] for c in CASES])
-def test_rhs_report_and_shown_map_equal_casadi(name, path, text, consts):
+def test_rhs_report_and_shown_map_equal_casadi(name, path, text, consts, core):
     c = _compile(path, text, consts)
     num = c.numeric
     ts = TorchSystem(c.system)
+    assert ts.core == core
     assert ts.report_names == num.report_names and ts.n_p == len(num.p_names)
     rng = np.random.default_rng(1)
     B = 9
@@ -124,7 +137,7 @@ def _random_chunks(num, observed, B, n, dt, rng, ts=None, p=None):
     ("driven_rk4_weights", DRIVEN, None, None, dict(steps=3, dt=0.1, substeps=2, weights=(1.0, 0.5, 2.0))),
     ("hnn2_rk4_mse", None, BENCH_MODELS / "hnn2.phm", {"H": 3}, dict(steps=2, dt=0.03, loss="mse")),
 ])
-def test_chunk_loss_and_gradient_equal_casadi(name, text, path, consts, spec):
+def test_chunk_loss_and_gradient_equal_casadi(name, text, path, consts, spec, core):
     c = _compile(path, text, consts)
     num = c.numeric
     lay = make_layout(num, c.model, [])
