@@ -51,12 +51,118 @@ def _latex_base(name: str) -> str:
     return name if len(name) == 1 else r"\mathrm{" + name + "}"
 
 
-def _tidy(e: sp.Expr) -> sp.Expr:
-    if sp.count_ops(e) <= _DISPLAY_OPS_LIMIT:
+_SIMPLIFY_SECONDS_EACH = 2.0  # wall-clock bound of one sp.simplify call (display only)
+_SIMPLIFY_SECONDS_TOTAL = 10.0  # ... and of all of them in one render; then only the light tidy
+_HEAVY_OPS = 60  # above this size, radicals of sums (‖r‖⁵ of dipole fields) make simplify crawl
+_NON_SMOOTH = (sp.Abs, sp.sign, sp.Piecewise, sp.Min, sp.Max, sp.Heaviside)
+
+
+class _Timeout(Exception):
+    pass
+
+
+class _Budget:
+    """Time left for ``sp.simplify`` in one render (``show`` must finish in seconds, whatever the model).
+
+    ``sp.simplify`` has no cost bound: on a magnetic-pendulum force (≈250 operations with
+    ‖x − r_i‖⁻⁵ terms) a single call ran for minutes. Each call gets a deadline (a SIGALRM
+    timer, in the main thread on POSIX); where none can be set, expressions of the slow kinds
+    are not simplified at all.
+    """
+
+    def __init__(self, total: float | None = None, each: float | None = None):
+        self.left = _SIMPLIFY_SECONDS_TOTAL if total is None else total
+        self.each = _SIMPLIFY_SECONDS_EACH if each is None else each
+        self.timeouts = 0
+
+    def simplify(self, e: sp.Expr) -> sp.Expr:
+        return self.call(lambda: sp.simplify(e), lambda: _light(e), e)
+
+    def call(self, fn, fallback, *exprs):
+        """``fn()`` within the budget, else ``fallback()`` (also when an expression is of a slow
+        kind and no deadline can be set, or when ``fn`` fails: display only)."""
+        import time
+
+        if self.left <= 0:
+            return fallback()
+        can_interrupt = _can_interrupt()
+        if not can_interrupt and any(_slow_kind(e) for e in exprs):
+            return fallback()
+        start = time.monotonic()
         try:
-            return sp.simplify(e)
+            with _deadline(min(self.each, self.left) if can_interrupt else None):
+                return fn()
+        except _Timeout:
+            self.timeouts += 1
+            return fallback()
         except Exception:  # noqa: BLE001 - display only; fall back to the derived form
-            return e
+            return fallback()
+        finally:
+            self.left -= time.monotonic() - start
+
+
+_BUDGET = _Budget()
+
+
+def _can_interrupt() -> bool:
+    import signal
+    import threading
+
+    return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+
+
+class _deadline:
+    """Raise :class:`_Timeout` in the block after ``seconds`` (None: no deadline)."""
+
+    def __init__(self, seconds: float | None):
+        self.seconds = seconds
+
+    def __enter__(self):
+        if self.seconds is None:
+            return self
+        import signal
+
+        def expire(signum, frame):
+            raise _Timeout
+
+        self._old = signal.signal(signal.SIGALRM, expire)
+        signal.setitimer(signal.ITIMER_REAL, max(self.seconds, 1e-3))
+        return self
+
+    def __exit__(self, *exc):
+        if self.seconds is not None:
+            import signal
+
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._old)
+        return False
+
+
+def _slow_kind(e: sp.Expr) -> bool:
+    """Non-smooth functions, or a big expression with radicals of sums: where simplify may crawl."""
+    if e.has(*_NON_SMOOTH):
+        return True
+    return sp.count_ops(e) > _HEAVY_OPS and any(
+        p.base.is_Add and not p.exp.is_Integer for p in e.atoms(sp.Pow))
+
+
+def _light(e: sp.Expr) -> sp.Expr:
+    """What an expression sp.simplify could not finish on shows as: as derived."""
+    return e
+
+
+def _small(e: sp.Expr, limit: int = _DISPLAY_OPS_LIMIT) -> bool:
+    """count_ops(e) ≤ limit, without walking all of a huge expression (count_ops alone took seconds
+    per row on the gyroscope's elimination rows): more than 8·limit tree nodes is too big."""
+    for k, _ in enumerate(sp.preorder_traversal(e)):
+        if k > 8 * limit:
+            return False
+    return sp.count_ops(e) <= limit
+
+
+def _tidy(e: sp.Expr) -> sp.Expr:
+    if _small(e):
+        return _BUDGET.simplify(e)
     return e
 
 
@@ -93,6 +199,8 @@ class _Printer:
 
 
 def render_system(system: SymbolicSystem, fmt: str = "text", *, simplify: bool = True, model=None) -> str:
+    global _BUDGET
+    _BUDGET = _Budget()
     pr = _Printer(system, fmt)
     tidy = _tidy if simplify else (lambda e: e)
     if simplify and system.formalism == "port-hamiltonian":
@@ -170,9 +278,13 @@ def render_system(system: SymbolicSystem, fmt: str = "text", *, simplify: bool =
 
 
 def _cancel_common(lhs, rhs):
-    """Divide both sides by a common factor (for display): l·(…) = l·(…) -> … = …."""
-    if sp.count_ops(lhs) + sp.count_ops(rhs) > _DISPLAY_OPS_LIMIT or rhs == 0:
+    """Divide both sides by a common factor (for display): l·(…) = l·(…) -> … = …; within the time budget."""
+    if rhs == 0 or not (_small(lhs) and _small(rhs)) or sp.count_ops(lhs) + sp.count_ops(rhs) > _DISPLAY_OPS_LIMIT:
         return lhs, rhs
+    return _BUDGET.call(lambda: _divide_common(lhs, rhs), lambda: (lhs, rhs), lhs, rhs)
+
+
+def _divide_common(lhs, rhs):
     try:
         g = sp.gcd(sp.factor_terms(lhs), sp.factor_terms(rhs))
     except (sp.PolynomialError, sp.polys.polyerrors.PolificationFailed, TypeError):
