@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--random-init", type=int, metavar="N",
                    help="simulate N random initial states, drawn by the sampling statements (--sample, --sample-file, "
                         "or FILE.sample beside the model), else perturbed by --random-scale; each projected onto the constraints")
+    p.add_argument("--init-data", metavar="CSV",
+                   help="simulate one trajectory per row of a CSV of initial states (columns: states or shown names "
+                        "such as b.x, b.vx, der(q); missing ones take the model's start and --init); each projected")
     p.add_argument("--random-scale", type=float, default=None,
                    help="generic draws: standard deviation of the perturbation of every state (default 0.2)")
     p.add_argument("--sample", action="append", default=[], metavar="STATEMENT",
@@ -260,7 +263,10 @@ def cmd_simulate(args) -> int:
             hint = "exogenous inputs: " + (", ".join(num.u_names) or "none (inputs with a feedback law are computed by the model)")
             raise PdslError.at("BadOption", f"--input {name}: the model has no exogenous input `{name}`", hint=hint)
         inputs[name] = input_from_expression(num, name, value)
-    if args.random_init is not None:
+    if args.init_data is not None and args.random_init is not None:
+        raise PdslError.at("BadOption", "--init-data and --random-init exclude each other",
+                           hint="initial states come either from a CSV or from random draws")
+    if args.random_init is not None or args.init_data is not None:
         return _simulate_random(args, m, num, grid, init, params, inputs)
     if args.sample or args.sample_file or args.random_scale is not None:
         raise PdslError.at("BadOption", "--sample, --sample-file and --random-scale need --random-init N")
@@ -337,8 +343,16 @@ def _simulate_random(args, m, num, grid, init, params, inputs) -> int:
         raise PdslError.at("BadOption", f"--threads must be at least 1, got {args.threads}")
     p = num.param_vector(params)
     base = initial_state(num, init, p)
-    sampler = _sampler(args, m, num, p)
-    if sampler is not None:
+    if args.init_data is not None:
+        if args.sample or args.sample_file or args.random_scale is not None:
+            raise PdslError.at("BadOption", "--sample, --sample-file and --random-scale need --random-init N, not --init-data")
+        sampler = None
+        raw, x0s = _initial_states_from_csv(args.init_data, num, init, p)
+    else:
+        sampler = _sampler(args, m, num, p)
+    if args.init_data is not None:
+        pass  # x0s read above
+    elif sampler is not None:
         drawn = sampled_initial_states(num, sampler, base, p, args.random_init, args.seed)
         x0s = drawn.x
     else:
@@ -350,8 +364,13 @@ def _simulate_random(args, m, num, grid, init, params, inputs) -> int:
     names, _ = runs[0].columns()
     data = np.vstack([np.column_stack([np.full(len(grid), k), r.columns()[1]]) for k, r in enumerate(runs)])
     _write(lambda: write_table(args.output, ["traj", *names], data), args.output)
-    print(f"{m.name}: {len(runs)} trajectories × {len(grid)} samples (seed {args.seed}) -> {args.output}")
-    if sampler is not None:
+    origin = f"initial states from {args.init_data}" if args.init_data is not None else f"seed {args.seed}"
+    print(f"{m.name}: {len(runs)} trajectories × {len(grid)} samples ({origin}) -> {args.output}")
+    if args.init_data is not None:
+        moved = float(np.max(np.abs(x0s - raw)))
+        if num.invariants.size1_out(0):
+            print(f"  initial states: {len(x0s)} rows, projected onto the constraints (moved by at most {moved:.3g})")
+    elif sampler is not None:
         moved = f"; projection onto the constraints moved them by at most {drawn.max_change:.3g}" \
             if num.invariants.size1_out(0) else ""
         print(f"  initial states: {len(sampler.targets)} values drawn by {sampler.source}{moved}")
@@ -364,6 +383,34 @@ def _simulate_random(args, m, num, grid, init, params, inputs) -> int:
     if runs[0].constraint_rms is not None:
         print(f"  constraint violation: max RMS over all trajectories {max(r.constraint_rms.max() for r in runs):.3e}")
     return EXIT_OK
+
+
+def _initial_states_from_csv(path, num, init, p):
+    """``(raw, projected)``: rows of a CSV as initial states, each overriding the start (and --init) where it has a column."""
+    import numpy as np
+
+    from ..data.csvio import read_table
+    from ..diagnostics import Span
+    from ..sim.initial import Projector, initial_state
+
+    table = read_table(path)
+    known = set(num.x_names) | set(num.report_names)
+    col = 1
+    for name in table.columns:
+        if name not in known:
+            names = list(dict.fromkeys([*num.x_names, *num.report_names]))
+            raise PdslError.at("BadCsv", f"column `{name}` is not a state of {num.system.name}",
+                               Span.point(str(path), 1, col, len(name)), "states: " + ", ".join(names))
+        col += len(name) + 1
+    if len(table.data) == 0:
+        raise PdslError.at("BadCsv", f"{path} has a header but no rows", hint="one initial state per row")
+    if len(table.data) > 100_000:
+        raise PdslError.at("BadCsv", f"{path} has {len(table.data)} rows; at most 100000 initial states")
+    raw = np.array([initial_state(num, {**init, **dict(zip(table.columns, map(float, row)))}, p) for row in table.data])
+    if num.invariants.size1_out(0) == 0:
+        return raw, raw
+    proj = Projector(num)
+    return raw, np.array([proj.project(x, p).x for x in raw])
 
 
 def _write(fn, path):
