@@ -46,6 +46,19 @@ def add_parsers(sub, common) -> None:
     p.add_argument("--tol", type=float, help="gauss-newton: relative cost decrease that counts as converged")
     p.add_argument("--formulation", help="hamiltonian|lagrangian (Cartesian mechanics)")
     p.add_argument("--stop-after", type=int, metavar="EPOCHS", help="stop after this many epochs in total; --resume continues")
+    g = p.add_argument_group("regularisers (BENCHMARKS C4, C5.2; adamw)")
+    g.add_argument("--equilibrium", type=float, metavar="LAMBDA",
+                   help="penalty LAMBDA·‖f(z*, u*)‖² forcing an equilibrium at z* (default: all states and inputs 0)")
+    g.add_argument("--equilibrium-at", action="append", default=[], metavar="NAME=VALUE",
+                   help="a shown state or input of the equilibrium point (repeatable; the others are 0)")
+    g.add_argument("--sparsity", metavar="FLOWS",
+                   help="comma-separated link flows (p-H element ports such as damper2, or declared outputs) "
+                        "whose L1 norm Σ mean|f| over the training samples is penalised")
+    g.add_argument("--sparsity-weight", type=float, metavar="W", help="penalty mode: objective J + W·R (default 1e-3)")
+    g.add_argument("--sparsity-epsilon", type=float, metavar="EPS",
+                   help="primal-dual mode: minimise R subject to J ≤ EPS (C4 Eqs. 12–20)")
+    g.add_argument("--dual-step", type=float, metavar="ALPHA", help="primal-dual: λ ← max(0, λ + ALPHA (J − EPS)) per epoch (default 1/EPS)")
+    g.add_argument("--dual-start", type=float, metavar="LAMBDA0", help="primal-dual: starting multiplier (default 1)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
     p = sub.add_parser("evaluate", help="rollout metrics of a model on test trajectories")
@@ -54,6 +67,9 @@ def add_parsers(sub, common) -> None:
     p.add_argument("--params", help="fitted parameters (JSON written by `pdsl fit`)")
     p.add_argument("--integrator", default=None, help="cvodes (default), cvodes-bdf, rk4, midpoint, gauss2, euler")
     p.add_argument("--rtol", type=float, default=1e-9, help="relative tolerance of cvodes (default 1e-9)")
+    p.add_argument("--substeps", type=int, default=1, help="fixed-step integrators: steps per sample interval (default 1)")
+    p.add_argument("--backend", default="casadi",
+                   help="casadi (default: each trajectory by CasADi) | torch (all at once, rk4/euler; for large networks)")
     p.add_argument("--formulation", default="hamiltonian", help="hamiltonian|lagrangian (Cartesian mechanics)")
     p.add_argument("--plot", metavar="OUT.png", help="plot the relative error of every trajectory against time")
     p.add_argument("--json", metavar="OUT.json", help="write the summary as JSON")
@@ -75,7 +91,36 @@ def _config(args):
     for item in args.param:
         name, value = parse_assignment(item, "--param")
         cfg.param[name] = parse_float(value, f"--param {name}")
+    _regularizer_flags(args, cfg, parse_assignment, parse_float)
     return cfg
+
+
+def _regularizer_flags(args, cfg, parse_assignment, parse_float) -> None:
+    """--equilibrium*, --sparsity*, --dual-* override the [equilibrium] / [sparsity] tables key by key."""
+    eq = dict(cfg.equilibrium or {})
+    if args.equilibrium is not None:
+        eq["weight"] = args.equilibrium
+    if args.equilibrium_at:
+        at = dict(eq.get("at", {}))
+        for item in args.equilibrium_at:
+            name, value = parse_assignment(item, "--equilibrium-at")
+            at[name] = parse_float(value, f"--equilibrium-at {name}")
+        eq["at"] = at
+        eq.setdefault("weight", 1.0)
+    cfg.equilibrium = eq or None
+    sp = dict(cfg.sparsity or {})
+    if args.sparsity:
+        sp["flows"] = [n.strip() for n in args.sparsity.split(",") if n.strip()]
+    for flag, key in (("sparsity_weight", "weight"), ("sparsity_epsilon", "epsilon"), ("dual_step", "alpha"),
+                      ("dual_start", "lambda0")):
+        value = getattr(args, flag, None)
+        if value is not None:
+            sp[key] = value
+    if args.sparsity_epsilon is not None:
+        sp["mode"] = "primal-dual"
+    if sp and not sp.get("flows"):
+        raise PdslError.at("BadOption", "sparsity settings without flows", hint="name the flows: --sparsity damper2,link.f")
+    cfg.sparsity = sp or None
 
 
 def cmd_fit(args) -> int:
@@ -126,7 +171,10 @@ def cmd_evaluate(args) -> int:
     if args.params:
         num = apply_fitted(num, args.params)
     data = load_dataset(args.data, num)
-    scores, summary = evaluate(num, data, integrator=args.integrator, rtol=args.rtol)
+    if args.substeps < 1:
+        raise PdslError.at("BadOption", f"--substeps must be a positive integer, got {args.substeps}")
+    scores, summary = evaluate(num, data, integrator=args.integrator, rtol=args.rtol, substeps=args.substeps,
+                               backend=args.backend)
     print(f"{m.name}: {len(scores)} trajectories of {args.data}, rollouts from each first sample")
     print(format_table(summary))
     if args.json:

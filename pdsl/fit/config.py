@@ -1,8 +1,9 @@
 """Experiment settings for ``pdsl fit``: defaults (BENCHMARKS A4/A5), a TOML file, command-line flags.
 
 Precedence: flag > TOML file > default. A TOML file holds the keys of :class:`FitConfig` at top
-level (``data``, ``free``, ``method``, ``epochs``, ...) and an optional ``[param]`` table of start
-values; a relative ``data`` path is relative to the TOML file. Unknown keys and wrong types are
+level (``data``, ``free``, ``method``, ``epochs``, ...), an optional ``[param]`` table of start
+values and optional ``[equilibrium]`` / ``[sparsity]`` tables (the regularisers of
+:mod:`pdsl.fit.regularize`); a relative ``data`` path is relative to the TOML file. Unknown keys and wrong types are
 ``BadConfig`` errors located at their line.
 """
 
@@ -44,16 +45,22 @@ class FitConfig:
     formulation: str = "hamiltonian"
     network_seed: int | None = None  # default: seed
     backend: str = "auto"  # auto | casadi | torch: how chunk losses are evaluated (pdsl.fit.torch_loss)
+    equilibrium: dict | None = None  # [equilibrium] weight, at (pdsl.fit.regularize)
+    sparsity: dict | None = None  # [sparsity] flows, weight, mode, epsilon, alpha, lambda0
 
 
 _TYPES = {f.name: f.type for f in fields(FitConfig)}
 _NO_FINGERPRINT = {"epochs", "threads", "backend"}  # may change between a run and its resumption
 
 
-def _toml_error(path: str, text: str, key: str | None, message: str, hint: str | None = None) -> PdslError:
+def _toml_error(path: str, text: str, key: str | None, message: str, hint: str | None = None,
+                sub: str | None = None) -> PdslError:
+    """Located at ``key = ...`` or the table ``[key]`` (at its ``sub = ...`` line when given)."""
     line = 1
     if key is not None:
-        m = re.search(rf"^\s*{re.escape(key)}\s*=", text, re.MULTILINE)
+        m = re.search(rf"^[ \t]*(?:{re.escape(key)}[ \t]*=|\[{re.escape(key)}\])", text, re.MULTILINE)
+        if m and sub is not None:
+            m = re.compile(rf"^[ \t]*{re.escape(sub)}[ \t]*=", re.MULTILINE).search(text, m.end()) or m
         if m:
             line = text.count("\n", 0, m.start()) + 1
     width = len(text.splitlines()[line - 1]) if text.splitlines() else 1
@@ -91,6 +98,13 @@ def _check_type(path: str, text: str, key: str, value):
         if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             raise bad("a list of names")
         return value
+    if key in ("equilibrium", "sparsity"):
+        from .regularize import check_table
+
+        try:
+            return check_table(key, value)
+        except ValueError as exc:
+            raise _toml_error(path, text, key, exc.args[0], sub=exc.args[1] if len(exc.args) > 1 else None) from None
     if key == "param":
         if not (isinstance(value, dict) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value.values())):
             raise bad("a table of numbers, e.g. [param] m1 = 1.0")
@@ -112,8 +126,12 @@ def resolve_defaults(cfg: FitConfig, has_networks: bool) -> FitConfig:
     """Fill the method-dependent defaults and check ranges."""
     if cfg.method not in ("auto", "gauss-newton", "adamw"):
         raise PdslError.at("BadOption", f"--method {cfg.method}: unknown", hint="auto, gauss-newton or adamw")
+    regularized = bool(cfg.equilibrium or cfg.sparsity)
     if cfg.method == "auto":
-        cfg.method = "adamw" if has_networks else "gauss-newton"
+        cfg.method = "adamw" if has_networks or regularized else "gauss-newton"
+    if regularized and cfg.method != "adamw":
+        raise PdslError.at("BadOption", "the equilibrium and sparsity regularisers are trained with adamw",
+                           hint="use --method adamw (Gauss–Newton minimises a sum of squared residuals only)")
     if cfg.loss == "auto":
         cfg.loss = "mse" if cfg.method == "gauss-newton" else "l1"
     if cfg.method == "gauss-newton" and cfg.loss != "mse":

@@ -38,6 +38,27 @@ def _validation_plot(run, theta, out_dir: Path) -> str:
     return f"{which} trajectory {traj.label} ({len(traj) - 1} steps, t = {traj.t[0]:g} … {traj.t[-1]:g})"
 
 
+def _regularizer_rows(run, result) -> list[str]:
+    """Settings and final values of the equilibrium / sparsity terms (pdsl.fit.regularize)."""
+    from .regularize import RegularizedLoss
+
+    if not isinstance(run.loss, RegularizedLoss):
+        return []
+    reg = run.loss.reg
+    v = reg.values(result.state.theta)
+    rows = ["## Regularisers", "", *(f"- {line}" for line in reg.describe())]
+    rows.append("- the training loss above is the regularised objective; the validation loss is the plain data loss")
+    if reg.eq is not None:
+        rows.append(f"- final ‖f(z*, u*)‖² = {_fmt(v['equilibrium'])}")
+    if reg.sp is not None:
+        rows.append(f"- final Σ mean|f| over the flows = {_fmt(v['sparsity'])}")
+        rec = result.state.extra.get("regularizer", {})
+        if rec.get("fit"):
+            rows.append(f"- primal–dual: final fit term {_fmt(rec['fit'][-1])} (ε = {_fmt(reg.sp.epsilon)}), "
+                        f"multiplier λ = {_fmt(result.state.extra.get('dual_lambda'))}")
+    return rows + ["", "Per-epoch values are in `checkpoint.npz` (header: `extra.regularizer`).", ""]
+
+
 def write_report(run, result, summary, out_dir: Path) -> None:
     h = summary["history"]
     out.write_history(out_dir / "history.csv", h)
@@ -60,6 +81,7 @@ def write_report(run, result, summary, out_dir: Path) -> None:
         f"- final loss: training {_fmt(summary['train_loss'])}, validation {_fmt(summary['val_loss'])}",
         "",
     ]
+    lines += _regularizer_rows(run, result)
     if run.layout.free_names:
         lines += ["## Parameters", "", *_parameter_rows(run, summary), ""]
     if run.layout.networks:

@@ -22,6 +22,7 @@ from ..lower import lower
 from ..pipeline import load_models, select_model
 from . import checkpoint as ck
 from . import outputs as out
+from . import regularize
 from .config import FitConfig, fingerprint, resolve_defaults
 from .data import Dataset, make_chunks, split_validation, load_dataset
 from .loss import ChunkLoss, LossSpec
@@ -87,6 +88,7 @@ def prepare(model_path: str, model_name: str | None, cfg: FitConfig, consts: Map
     spec = LossSpec(steps=cfg.chunk, dt=data.dt, method=cfg.integrator, substeps=cfg.substeps, loss=cfg.loss,
                     threads=cfg.threads, project=cfg.project)
     loss = make_loss(num, layout, spec, data.observed, cfg)  # CasADi or torch backend (cfg.backend)
+    loss = regularize.wrap_loss(loss, cfg, m, num, layout, train)  # equilibrium / sparsity terms, when set
     return FitRun(model_path, m, num, layout, cfg, data, train, val, loss, p_start)
 
 
@@ -122,7 +124,8 @@ def run_fit(model_path: str, model_name: str | None, cfg: FitConfig, out_dir: st
     t0 = time.perf_counter()
     optimise = gauss_newton if c.method == "gauss-newton" else adamw
     result = optimise(run.loss, train_chunks, val_chunks, state, opts,
-                      on_epoch=lambda s: ck.save_checkpoint(out_dir / ck.NAME, s, fp))
+                      on_epoch=regularize.epoch_callback(run.loss, state, train_chunks,
+                                                         lambda s: ck.save_checkpoint(out_dir / ck.NAME, s, fp)))
     ck.save_checkpoint(out_dir / ck.NAME, result.state, fp)
     elapsed = time.perf_counter() - t0
     summary = _summary(run, result, elapsed)
