@@ -88,8 +88,9 @@ def _layers(nn, w: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return out
 
 
-def mlp_torch(nn, layers, X: torch.Tensor, jacobian: bool):
-    """``(y, J)`` for a batch X (B, n_in): y (B, n_out) and, if asked, J = dy/dX (B, n_out, n_in)."""
+def mlp_torch(nn, layers, X: torch.Tensor, jacobian: bool, rows: list[int] | None = None):
+    """``(y, J)`` for a batch X (B, n_in): y (B, n_out) and, if asked, J = dy/dX (B, n_out, n_in) —
+    or only the Jacobian rows of the outputs ``rows`` (B, len(rows), n_in)."""
     act, dact = _ACT[nn.act], _DACT[nn.act]
     h, slopes = X, []
     for Wt, b in layers[:-1]:
@@ -100,9 +101,10 @@ def mlp_torch(nn, layers, X: torch.Tensor, jacobian: bool):
     y = torch.addmm(b_out, h, Wt_out)
     if not jacobian:
         return y, None
-    n_out, B = Wt_out.shape[1], X.shape[0]
+    W_rows = Wt_out.t() if rows is None else Wt_out.t()[rows]
+    n_out, B = W_rows.shape[0], X.shape[0]
     # G = dy/dh_l, from the output side, as (B·n_out, width) so that every product is one matrix–matrix product
-    G = Wt_out.t().unsqueeze(0).expand(B, n_out, Wt_out.shape[0])
+    G = W_rows.unsqueeze(0).expand(B, n_out, Wt_out.shape[0])
     for (Wt, _), s in zip(reversed(layers[:-1]), reversed(slopes)):
         if s is not None:
             G = G * s.unsqueeze(1)

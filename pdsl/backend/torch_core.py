@@ -63,9 +63,18 @@ def _cache_dir() -> Path:
 # ---------------------------------------------------------------- network calls as symbols
 class _Call:
     def __init__(self, nn, index: int, inputs: list):
-        self.nn, self.inputs, self.jacobian = nn, inputs, False
+        self.nn, self.inputs, self.rows = nn, inputs, set()  # rows: outputs whose input gradient is used
         self.y = ca.SX.sym(f"y{index}", nn.n_out)
         self.J = ca.SX.sym(f"J{index}", nn.n_out * nn.n_in)  # row-major: [k*n_in + i] = dy_k/din_i
+
+    @property
+    def jacobian(self) -> bool:
+        return bool(self.rows)
+
+    def used_J(self):
+        """The Jacobian rows the rhs uses (only those are computed, e.g. the lower triangle of an N×N output)."""
+        n = self.nn.n_in
+        return ca.vertcat(*[self.J[k * n : (k + 1) * n] for k in sorted(self.rows)])
 
 
 class _Stub:
@@ -89,7 +98,7 @@ class _Stub:
 
     def gradient(self, k: int, inputs: list, i: int):
         c = self._call(inputs)
-        c.jacobian = True
+        c.rows.add(k)
         return c.J[k * self.nn.n_in + i]
 
 
@@ -235,7 +244,8 @@ class CompiledCore:
         if self.calls:
             ins = _Apply.apply(self.funs["in"], self.funs["in_rev"], (1, 2), B, t, x, p, u)
             for c, off in zip(self.calls, self.in_offsets):
-                y, J = mlp(c.nn, bound.layers[c.nn.name], ins[:, off : off + c.nn.n_in], c.jacobian)
+                y, J = mlp(c.nn, bound.layers[c.nn.name], ins[:, off : off + c.nn.n_in], c.jacobian,
+                           rows=None if len(c.rows) == c.nn.n_out else sorted(c.rows))
                 ys.append(y)
                 if c.jacobian:
                     Js.append(J.reshape(B, -1))
@@ -271,7 +281,7 @@ def build_core(system: SymbolicSystem, nets: dict, laws: dict) -> CompiledCore |
         return None
     ins = ca.vertcat(*[ca.vertcat(*cl.inputs) for cl in registry]) if registry else T(0, 1)
     Y = ca.vertcat(*[cl.y for cl in registry]) if registry else T(0, 1)
-    J = ca.vertcat(*[cl.J for cl in registry if cl.jacobian]) if any(cl.jacobian for cl in registry) else T(0, 1)
+    J = ca.vertcat(*[cl.used_J() for cl in registry if cl.jacobian]) if any(cl.jacobian for cl in registry) else T(0, 1)
     if registry and ca.depends_on(ins, ca.vertcat(Y, J)):
         return None  # a network fed by another network: not split here
     tag = hashlib.sha256(system.name.encode()).hexdigest()[:8]

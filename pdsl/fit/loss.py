@@ -41,7 +41,7 @@ from .params import ParamLayout
 
 __all__ = ["LossSpec", "ChunkLoss", "state_from_shown", "make_interval", "observation_function", "INTEGRATORS", "LOSSES"]
 
-INTEGRATORS = ("rk4", "midpoint", "gauss2", "euler")
+INTEGRATORS = ("rk4", "midpoint", "gauss2", "euler", "rk2")
 LOSSES = ("l1", "mse")
 _IMPLICIT_TOL = 1e-12  # stage-equation tolerance of midpoint/gauss2 (1e-14 fails on O(10) slopes)
 _REDUCE_ABOVE = 2000  # θ sizes above which batch gradients are summed inside the map

@@ -72,6 +72,8 @@ _TABLEAUS: dict[str, Tableau] = {
     ),
     # BENCHMARKS B3.1: Gauss–Legendre collocation with s = 1.
     "midpoint": Tableau(a=((0.5,),), b=(1.0,), c=(0.5,)),
+    # Explicit midpoint (RK2): x + h f(x + h/2 f(x)); torchdiffeq's fixed-grid "midpoint" ([P3] C5.2).
+    "rk2": Tableau(a=((0.0, 0.0), (0.5, 0.0)), b=(0.0, 1.0), c=(0.0, 0.5)),
     # 2-stage Gauss–Legendre: order 4, symmetric, symplectic.
     "gauss2": Tableau(
         a=((0.25, 0.25 - _G), (0.25 + _G, 0.25)),
