@@ -13,7 +13,7 @@ _OVERRIDES = {
     "data": "data", "method": "method", "epochs": "epochs", "batch": "batch", "chunk": "chunk", "stride": "stride",
     "integrator": "integrator", "substeps": "substeps", "project": "project", "loss": "loss", "lr": "lr", "weight_decay": "weight_decay",
     "seed": "seed", "val_fraction": "val_fraction", "threads": "threads", "formulation": "formulation", "tol": "tol",
-    "backend": "backend",
+    "backend": "backend", "init": "init",
 }
 
 
@@ -25,6 +25,8 @@ def add_parsers(sub, common) -> None:
     p.add_argument("--config", help="experiment file (TOML); flags override it")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="output directory")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the output directory")
+    p.add_argument("--init", metavar="PARAMS.json",
+                   help="start from a previous fit (its params.json and networks.npz), e.g. longer chunks after shorter ones")
     p.add_argument("--method", help="auto (default: gauss-newton without networks, else adamw) | gauss-newton | adamw")
     p.add_argument("--epochs", type=int, help="epochs (default 50 for gauss-newton, 2000 for adamw)")
     p.add_argument("--chunk", type=int, help="steps per training chunk (default 4)")

@@ -1,10 +1,11 @@
 """Experiment settings for ``pdsl fit``: defaults (BENCHMARKS A4/A5), a TOML file, command-line flags.
 
 Precedence: flag > TOML file > default. A TOML file holds the keys of :class:`FitConfig` at top
-level (``data``, ``free``, ``method``, ``epochs``, ...), an optional ``[param]`` table of start
-values and optional ``[equilibrium]`` / ``[sparsity]`` tables (the regularisers of
-:mod:`pdsl.fit.regularize`); a relative ``data`` path is relative to the TOML file. Unknown keys and wrong types are
-``BadConfig`` errors located at their line.
+level (``data``, ``free``, ``method``, ``epochs``, ``init`` — a previous fit's ``params.json`` to
+start from, ...), an optional ``[param]`` table of start values and optional ``[equilibrium]`` /
+``[sparsity]`` tables (the regularisers of :mod:`pdsl.fit.regularize`); relative ``data`` and
+``init`` paths are relative to the TOML file. Unknown keys and wrong types are ``BadConfig``
+errors located at their line.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class FitConfig:
     backend: str = "auto"  # auto | casadi | torch: how chunk losses are evaluated (pdsl.fit.torch_loss)
     equilibrium: dict | None = None  # [equilibrium] weight, at (pdsl.fit.regularize)
     sparsity: dict | None = None  # [sparsity] flows, weight, mode, epsilon, alpha, lambda0
+    init: str | None = None  # params.json of a previous fit: start values of parameters and networks
 
 
 _TYPES = {f.name: f.type for f in fields(FitConfig)}
@@ -86,8 +88,9 @@ def load_toml(path: str | Path) -> dict:
         if key not in _TYPES:
             raise _toml_error(str(p), text, key, f"unknown setting `{key}`", "settings: " + ", ".join(_TYPES))
         out[key] = _check_type(str(p), text, key, value)
-    if isinstance(out.get("data"), str):
-        out["data"] = str((p.parent / out["data"]).resolve()) if not Path(out["data"]).is_absolute() else out["data"]
+    for key in ("data", "init"):
+        if isinstance(out.get(key), str) and not Path(out[key]).is_absolute():
+            out[key] = str((p.parent / out[key]).resolve())
     return out
 
 
@@ -178,5 +181,7 @@ def fingerprint(cfg: FitConfig, model_path: str, model_name: str) -> dict:
     """What must not change between a run and its ``--resume``: settings, model and data contents."""
     d = {k: v for k, v in asdict(cfg).items() if k not in _NO_FINGERPRINT}
     d["data"] = _digest(cfg.data)
+    if cfg.init:
+        d["init"] = _digest(cfg.init)
     d["model"] = {"name": model_name, "sha256": _digest(model_path)}
     return d

@@ -80,6 +80,8 @@ def prepare(model_path: str, model_name: str | None, cfg: FitConfig, consts: Map
     """Compile, choose parameters, load and split the data, build the loss."""
     m = select_model(load_models(model_path, consts=consts), model_name, model_path)
     num = _compile(lower(m, cfg.formulation), cfg.network_seed if cfg.network_seed is not None else cfg.seed)
+    if cfg.init:  # warm start: a previous fit's parameters and network weights as start values
+        num = apply_fitted(num, cfg.init)
     p_start = _start_values(num, cfg.param)
     layout = make_layout(num, m, cfg.free, p_start)
     cfg = resolve_defaults(cfg, bool(layout.networks))
