@@ -78,8 +78,8 @@ def _torch_scores(num: NumericSystem, data: Dataset, integrator: str, substeps: 
     from ..diagnostics import PdslError
     from ..sim.initial import Projector
 
-    if integrator not in ("rk4", "euler"):
-        raise PdslError.at("BadOption", f"--backend torch evaluates with rk4 or euler, not {integrator}",
+    if integrator not in ("rk4", "rk2", "euler"):
+        raise PdslError.at("BadOption", f"--backend torch evaluates with rk4, rk2 or euler, not {integrator}",
                            hint="--integrator rk4 (with --substeps for accuracy), or --backend casadi")
     ts = TorchSystem(num.system)
     p = num.p_default
@@ -114,6 +114,9 @@ def _torch_scores(num: NumericSystem, data: Dataset, integrator: str, substeps: 
                     s0 = j * h
                     if integrator == "euler":
                         x = x + h[:, None] * f(s0, x)
+                        continue
+                    if integrator == "rk2":
+                        x = x + h[:, None] * f(s0 + h / 2, x + (h / 2)[:, None] * f(s0, x))
                         continue
                     k1 = f(s0, x)
                     k2 = f(s0 + h / 2, x + (h / 2)[:, None] * k1)

@@ -1,7 +1,7 @@
 """The chunk rollout loss of BENCHMARKS A5 on the torch backend (:mod:`pdsl.backend.torch_backend`).
 
 The same loss as :class:`pdsl.fit.loss.ChunkLoss` — same initial-state map (shown columns ->
-state, p = M v with the current masses), same fixed-step scheme per data interval (``rk4`` or
+state, p = M v with the current masses), same fixed-step scheme per data interval (``rk4``, ``rk2`` or
 ``euler``, ``substeps`` steps, inputs linear in time between samples), same observed columns,
 weights and batch mean — evaluated for a whole batch of chunks at once: every state is a row of a
 (B, nx) tensor, every network layer one matrix–matrix product over the batch, and the gradient is
@@ -28,7 +28,7 @@ from .params import ParamLayout
 
 __all__ = ["TorchChunkLoss", "TORCH_INTEGRATORS", "BACKENDS", "torch_unsupported", "choose_backend", "make_loss"]
 
-TORCH_INTEGRATORS = ("rk4", "euler")
+TORCH_INTEGRATORS = ("rk4", "euler", "rk2")
 BACKENDS = ("auto", "casadi", "torch")
 
 
@@ -147,6 +147,9 @@ class TorchChunkLoss:
             t0 = j * h
             if spec.method == "euler":
                 x = x + h * rhs(t0, x)
+                continue
+            if spec.method == "rk2":  # explicit midpoint: x + h f(x + h/2 f(x))
+                x = x + h * rhs(t0 + h / 2, x + (h / 2) * rhs(t0, x))
                 continue
             k1 = rhs(t0, x)
             k2 = rhs(t0 + h / 2, x + (h / 2) * k1)

@@ -136,6 +136,7 @@ def _random_chunks(num, observed, B, n, dt, rng, ts=None, p=None):
     ("chnn_euler_mse_substeps", CHNN_SMALL, None, None, dict(steps=3, dt=0.05, method="euler", substeps=2, loss="mse")),
     ("driven_rk4_weights", DRIVEN, None, None, dict(steps=3, dt=0.1, substeps=2, weights=(1.0, 0.5, 2.0))),
     ("hnn2_rk4_mse", None, BENCH_MODELS / "hnn2.phm", {"H": 3}, dict(steps=2, dt=0.03, loss="mse")),
+    ("driven_rk2", DRIVEN, None, None, dict(steps=2, dt=0.1, method="rk2", substeps=3)),
 ])
 def test_chunk_loss_and_gradient_equal_casadi(name, text, path, consts, spec, core):
     c = _compile(path, text, consts)
