@@ -197,7 +197,7 @@ def main(argv=None) -> int:
     ap.add_argument("--n-train", type=int, default=None, help="training trajectories, one chunk each (default 800, A4)")
     ap.add_argument("--n-test", type=int, default=None, help="test trajectories (default 100, A4)")
     ap.add_argument("--epochs", type=int, nargs="+", default=None, metavar="E",
-                    help="epochs: one value for all models, or three for CHNN, HNN, Neural ODE (paper 2000)")
+                    help="epochs: one value for all models (default 600), or three for CHNN, HNN, Neural ODE (paper 2000)")
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=0, help="seed of network initialisation and minibatches")
     ap.add_argument("--work", default=None, help="work directory (default: a new temporary directory)")
@@ -206,7 +206,7 @@ def main(argv=None) -> int:
     hidden = args.hidden or (16 if args.quick else 64)
     n_train = args.n_train or (40 if args.quick else 800)
     n_test = args.n_test or (10 if args.quick else 100)
-    ep = args.epochs or ([3] if args.quick else [300, 300, 300])
+    ep = args.epochs or ([3] if args.quick else [600])
     epochs = dict(zip(KINDS, ep * 3 if len(ep) == 1 else ep))
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="repro_chnn_"))
     work.mkdir(parents=True, exist_ok=True)
