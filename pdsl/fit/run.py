@@ -144,7 +144,8 @@ def _banner(run: FitRun, n_train: int, n_val: int, epoch: int) -> str:
     return (f"{run.model.name}: fitting {what}{'; networks ' + nets if nets else ''}\n"
             f"  data {run.data.path}: {len(run.train.trajectories)} training / {len(run.val.trajectories)} validation "
             f"trajectories, {n_train} / {n_val} chunks of {c.chunk} steps (dt {run.data.dt:g})\n"
-            f"  {c.method}, {c.loss} loss, {c.integrator} x{c.substeps}, {c.epochs} epochs{resumed}")
+            f"  {c.method}, {c.loss} loss, {c.integrator} x{c.substeps}, {c.epochs} epochs{resumed}, "
+            f"{getattr(run.loss, 'backend', 'casadi')} backend")
 
 
 def _summary(run: FitRun, result: Result, elapsed: float) -> dict:
