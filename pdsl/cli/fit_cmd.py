@@ -13,7 +13,7 @@ _OVERRIDES = {
     "data": "data", "method": "method", "epochs": "epochs", "batch": "batch", "chunk": "chunk", "stride": "stride",
     "integrator": "integrator", "substeps": "substeps", "project": "project", "loss": "loss", "lr": "lr", "weight_decay": "weight_decay",
     "seed": "seed", "val_fraction": "val_fraction", "threads": "threads", "formulation": "formulation", "tol": "tol",
-    "backend": "backend", "init": "init",
+    "backend": "backend", "init": "init", "shooting": "shooting", "hessian": "hessian",
 }
 
 
@@ -27,8 +27,11 @@ def add_parsers(sub, common) -> None:
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the output directory")
     p.add_argument("--init", metavar="PARAMS.json",
                    help="start from a previous fit (its params.json and networks.npz), e.g. longer chunks after shorter ones")
-    p.add_argument("--method", help="auto (default: gauss-newton without networks, else adamw) | gauss-newton | adamw")
-    p.add_argument("--epochs", type=int, help="epochs (default 50 for gauss-newton, 2000 for adamw)")
+    p.add_argument("--method", help="auto (default: gauss-newton without networks, else adamw) | gauss-newton | ipopt | adamw")
+    p.add_argument("--shooting", help="single (default: independent chunks) | multiple (each trajectory as segments of "
+                                      "--chunk steps linked by continuity constraints; solved by ipopt)")
+    p.add_argument("--hessian", help="ipopt: gauss-newton (default: 2·JᵀJ of the residuals) | exact | limited-memory")
+    p.add_argument("--epochs", type=int, help="epochs (default 50 for gauss-newton, 200 ipopt iterations, 2000 for adamw)")
     p.add_argument("--chunk", type=int, help="steps per training chunk (default 4)")
     p.add_argument("--stride", type=int, help="samples between chunk starts (default: the chunk length)")
     p.add_argument("--batch", type=int, help="chunks per minibatch (default 200)")
@@ -146,8 +149,13 @@ def _print_summary(summary: dict, out_dir: str) -> None:
     for name in summary["free"]:
         se = summary["stderr"].get(name)
         print(f"  {name} = {summary['params'][name]:.8g}" + (f" ± {se:.2g}" if se is not None else ""))
+    if summary.get("solver_status"):
+        cont = summary.get("continuity")
+        print(f"  ipopt: {summary['solver_status']}" + (f"; max constraint violation {cont:.2e}" if cont is not None else ""))
     val = summary["val_loss"]
-    print(f"  loss: training {summary['train_loss']:.4e}, validation " + ("–" if val is None else f"{val:.4e}"))
+    train = summary["train_loss"]
+    print("  loss: training " + ("–" if train is None else f"{train:.4e}") + ", validation "
+          + ("–" if val is None else f"{val:.4e}"))
     if summary["finished"]:
         print(f"  -> {out_dir}/ (params.json, report.md, ...)")
     else:

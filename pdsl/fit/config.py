@@ -27,15 +27,17 @@ class FitConfig:
     free: list[str] = field(default_factory=list)
     observe: list[str] | None = None
     param: dict[str, float] = field(default_factory=dict)  # start values (free) or fixed values
-    method: str = "auto"  # auto | gauss-newton | adamw
-    epochs: int | None = None  # default: 50 (gauss-newton), 2000 (adamw, A5)
+    method: str = "auto"  # auto | gauss-newton | ipopt | adamw
+    shooting: str = "single"  # single (chunks, A5) | multiple (segments linked by continuity constraints; ipopt)
+    hessian: str = "gauss-newton"  # ipopt: gauss-newton (2 JᵀJ of the residuals) | exact | limited-memory
+    epochs: int | None = None  # default: 50 (gauss-newton), 200 (ipopt iterations), 2000 (adamw, A5)
     batch: int = 200  # A5 minibatch
     chunk: int = 4  # A3/A5: 4 steps (5 samples) per chunk
     stride: int | None = None  # default: chunk (disjoint chunks, A4.2)
     integrator: str = "rk4"  # A5 [REPO-P0]: fixed-step RK4 on the data grid
     substeps: int = 1
     project: int = 0  # Newton steps projecting each chunk's first sample onto the constraints
-    loss: str = "auto"  # l1 (adamw, A5) | mse (gauss-newton)
+    loss: str = "auto"  # l1 (adamw, A5) | mse (gauss-newton, ipopt)
     lr: float = 3e-3
     lr_min: float = 0.0
     weight_decay: float = 1e-4
@@ -127,23 +129,33 @@ def _check_type(path: str, text: str, key: str, value):
 
 def resolve_defaults(cfg: FitConfig, has_networks: bool) -> FitConfig:
     """Fill the method-dependent defaults and check ranges."""
-    if cfg.method not in ("auto", "gauss-newton", "adamw"):
-        raise PdslError.at("BadOption", f"--method {cfg.method}: unknown", hint="auto, gauss-newton or adamw")
+    if cfg.method not in ("auto", "gauss-newton", "ipopt", "adamw"):
+        raise PdslError.at("BadOption", f"--method {cfg.method}: unknown", hint="auto, gauss-newton, ipopt or adamw")
+    if cfg.shooting not in ("single", "multiple"):
+        raise PdslError.at("BadOption", f"--shooting {cfg.shooting}: unknown", hint="single or multiple")
+    if cfg.hessian not in ("gauss-newton", "exact", "limited-memory"):
+        raise PdslError.at("BadOption", f"--hessian {cfg.hessian}: unknown", hint="gauss-newton, exact or limited-memory")
     regularized = bool(cfg.equilibrium or cfg.sparsity)
     if cfg.method == "auto":
-        cfg.method = "adamw" if has_networks or regularized else "gauss-newton"
+        if cfg.shooting == "multiple":
+            cfg.method = "ipopt"
+        else:
+            cfg.method = "adamw" if has_networks or regularized else "gauss-newton"
+    if cfg.shooting == "multiple" and cfg.method != "ipopt":
+        raise PdslError.at("BadOption", f"multiple shooting is solved by ipopt, not {cfg.method}",
+                           hint="use --method ipopt (continuity between segments is a constraint IPOPT enforces)")
     if regularized and cfg.method != "adamw":
         raise PdslError.at("BadOption", "the equilibrium and sparsity regularisers are trained with adamw",
                            hint="use --method adamw (Gauss–Newton minimises a sum of squared residuals only)")
     if cfg.loss == "auto":
-        cfg.loss = "mse" if cfg.method == "gauss-newton" else "l1"
-    if cfg.method == "gauss-newton" and cfg.loss != "mse":
-        raise PdslError.at("BadOption", f"gauss-newton minimises the mse loss, not {cfg.loss}",
+        cfg.loss = "mse" if cfg.method in ("gauss-newton", "ipopt") else "l1"
+    if cfg.method in ("gauss-newton", "ipopt") and cfg.loss != "mse":
+        raise PdslError.at("BadOption", f"{cfg.method} minimises the mse loss, not {cfg.loss}",
                            hint="use --loss mse, or --method adamw")
     if cfg.method == "adamw":
         _require_torch()
     if cfg.epochs is None:
-        cfg.epochs = 50 if cfg.method == "gauss-newton" else 2000
+        cfg.epochs = {"gauss-newton": 50, "ipopt": 200}.get(cfg.method, 2000)
     if cfg.stride is None:
         cfg.stride = cfg.chunk
     if cfg.network_seed is None:

@@ -28,6 +28,7 @@ from .data import Dataset, make_chunks, split_validation, load_dataset
 from .loss import ChunkLoss, LossSpec
 from .torch_loss import make_loss
 from .params import ParamLayout, make_layout
+from .ipopt import ipopt, make_segments, multiple_shooting
 from .train import Result, TrainOptions, adamw, gauss_newton
 
 __all__ = ["FitRun", "prepare", "run_fit", "apply_fitted"]
@@ -122,12 +123,17 @@ def run_fit(model_path: str, model_name: str | None, cfg: FitConfig, out_dir: st
     c = run.cfg
     opts = TrainOptions(epochs=c.epochs, batch=c.batch, lr=c.lr, lr_min=c.lr_min, weight_decay=c.weight_decay,
                         seed=c.seed, tol=c.tol, stop_after=stop_after, progress=progress)
-    log(_banner(run, len(train_chunks), len(val_chunks), state.epoch))
+    segments = make_segments(run.train, c.chunk) if c.shooting == "multiple" else None
+    log(_banner(run, len(train_chunks), len(val_chunks), state.epoch, segments))
     t0 = time.perf_counter()
-    optimise = gauss_newton if c.method == "gauss-newton" else adamw
-    result = optimise(run.loss, train_chunks, val_chunks, state, opts,
-                      on_epoch=regularize.epoch_callback(run.loss, state, train_chunks,
-                                                         lambda s: ck.save_checkpoint(out_dir / ck.NAME, s, fp)))
+    on_epoch = regularize.epoch_callback(run.loss, state, train_chunks, lambda s: ck.save_checkpoint(out_dir / ck.NAME, s, fp))
+    if segments is not None:
+        result = multiple_shooting(run.loss, segments, val_chunks, state, opts, on_epoch, hessian=c.hessian, log=log)
+    elif c.method == "ipopt":
+        result = ipopt(run.loss, train_chunks, val_chunks, state, opts, on_epoch, hessian=c.hessian, log=log)
+    else:
+        optimise = gauss_newton if c.method == "gauss-newton" else adamw
+        result = optimise(run.loss, train_chunks, val_chunks, state, opts, on_epoch=on_epoch)
     ck.save_checkpoint(out_dir / ck.NAME, result.state, fp)
     elapsed = time.perf_counter() - t0
     summary = _summary(run, result, elapsed)
@@ -136,14 +142,20 @@ def run_fit(model_path: str, model_name: str | None, cfg: FitConfig, out_dir: st
     return summary
 
 
-def _banner(run: FitRun, n_train: int, n_val: int, epoch: int) -> str:
+def _banner(run: FitRun, n_train: int, n_val: int, epoch: int, segments=None) -> str:
     c = run.cfg
+    if segments is not None:
+        dropped = f", {segments.dropped} trailing samples dropped" if segments.dropped else ""
+        pieces = (f"{len(segments)} shooting segments of {c.chunk} steps linked by continuity constraints{dropped}; "
+                  f"{n_val} validation chunks")
+    else:
+        pieces = f"{n_train} / {n_val} chunks of {c.chunk} steps"
     what = ", ".join(run.layout.free_names) or "-"
     nets = ", ".join(f"{n.name} ({n.size} weights)" for n in run.layout.networks)
     resumed = f", resuming after epoch {epoch}" if epoch else ""
     return (f"{run.model.name}: fitting {what}{'; networks ' + nets if nets else ''}\n"
             f"  data {run.data.path}: {len(run.train.trajectories)} training / {len(run.val.trajectories)} validation "
-            f"trajectories, {n_train} / {n_val} chunks of {c.chunk} steps (dt {run.data.dt:g})\n"
+            f"trajectories, {pieces} (dt {run.data.dt:g})\n"
             f"  {c.method}, {c.loss} loss, {c.integrator} x{c.substeps}, {c.epochs} epochs{resumed}, "
             f"{getattr(run.loss, 'backend', 'casadi')} backend")
 
@@ -159,6 +171,7 @@ def _summary(run: FitRun, result: Result, elapsed: float) -> dict:
     return {
         "model": run.model.name, "p": p, "finished": result.finished, "epochs": result.state.epoch,
         "converged": bool(result.state.extra.get("converged", False)),
+        "solver_status": result.state.extra.get("ipopt_status"), "continuity": result.state.extra.get("constraint_violation"),
         "params": {n: float(p[i]) for i, n in enumerate(run.num.p_names[: lay.n_phys])},
         "free": list(lay.free_names), "stderr": stderr,
         "train_loss": h["train"][-1] if h["train"] else None, "val_loss": h["val"][-1] if h["val"] else None,
@@ -198,6 +211,7 @@ def _params_json(run: FitRun, summary: dict, files: dict) -> dict:
         "networks": files["networks"].name if "networks" in files else None,
         "fitted_model": files["model"].name,
         "epochs": summary["epochs"], "converged": summary["converged"],
+        "solver_status": summary["solver_status"], "continuity": summary["continuity"],
         "train_loss": summary["train_loss"], "val_loss": summary["val_loss"],
         "settings": {k: v for k, v in vars(run.cfg).items()},
     }
