@@ -18,7 +18,10 @@ A script, never part of the test suite. Everything goes through pdsl's own tools
   ``cart_pole_ph_input.phm`` by turning the model's feedback law ``input F = −K z`` into an
   exogenous ``input F``, so the surrogate is driven by the SAME force as the plant, read from the
   data's F column (linear between samples, as ``pdsl fit`` feeds inputs). Second variant
-  "closed loop": the bundled model as it is, F = −K ẑ of the surrogate's own state.
+  "closed loop": the bundled model as it is, F = −K ẑ of the surrogate's own state. Third variant
+  (a DEVIATION from the paper, to test the structural diagnosis below): "input F" with θ as a third
+  input of the coupling, h(v, ω, θ) (an MLP 3 → 50 → 2), so that the pole equation can represent
+  the gravity torque that BENCHMARKS C5.2 flags as missing.
 * **training** — ``pdsl fit`` (AdamW, MSE loss over the 4 state columns, ``--equilibrium`` penalty
   λ‖f(0, F = 0)‖², rk2 = explicit midpoint, torchdiffeq's fixed-grid "midpoint" of [P3], on the
   0.05 s data grid, all 4 series used for training). From the default network initialisation a
@@ -122,6 +125,17 @@ def input_variant(work: Path) -> Path:
     if n != 1:
         raise SystemExit(f"{SURROGATE}: expected exactly one `input F = ...` line, found {n}")
     path = work / "cart_pole_ph_input.phm"
+    path.write_text(new)
+    return path
+
+
+def theta_variant(src: Path, work: Path) -> Path:
+    """The surrogate with θ as a third input of the coupling network, h(v, ω, θ) (deviation, see the docstring)."""
+    text = src.read_text()
+    new = text.replace("h(v, omega)[", "h(v, omega, theta)[")
+    if new.count("h(v, omega, theta)[") != 2:
+        raise SystemExit(f"{src}: expected the two calls h(v, omega)[1], h(v, omega)[2]")
+    path = work / f"{src.stem}_theta.phm"
     path.write_text(new)
     return path
 
@@ -374,12 +388,16 @@ def main(argv=None) -> None:
     data = make_data(work, n_test, a.seed, log)
     print(f"data: {data['train_rows']} training rows, {data['test_series']} test series; z(6) = {data['z6_ref']}", flush=True)
     m_in = input_variant(work)
+    m_th = theta_variant(m_in, work)
     variants = {
         "input F (F from the data)": variant("inputF", m_in, work / "train_F.csv", work / "test_F.csv", work, stages, a.eq, log),
         "closed loop (F = −K ẑ in the surrogate)": variant("closed", SURROGATE, work / "train.csv", work / "test.csv",
                                                            work, stages, a.eq, log),
+        "deviation: input F and h(v, ω, θ)": variant("inputF_theta", m_th, work / "train_F.csv", work / "test_F.csv", work,
+                                                     stages, a.eq, log),
     }
-    for (name, v), (m, test) in zip(variants.items(), ((m_in, work / "test_F.csv"), (SURROGATE, work / "test.csv"))):
+    for (name, v), (m, test) in zip(variants.items(), ((m_in, work / "test_F.csv"), (SURROGATE, work / "test.csv"),
+                                                       (m_th, work / "test_F.csv"))):
         try:
             e = evaluate_cli(m, test, Path(v["params_file"]), work, log)
             v["evaluate"] = "; ".join(f"{k} {x['mean']:.3g} ± {x['ci95']:.2g} (min {x['min']:.3g}, max {x['max']:.3g})"
