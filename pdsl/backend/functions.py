@@ -48,6 +48,8 @@ class NumericSystem:
     invariants: ca.Function  # (t, x, p) -> r, zero on the constraint manifold (Φ, Φ̇, velocity constraints)
     report: ca.Function  # (t, x, p) -> the columns a trajectory CSV shows
     report_names: tuple[str, ...]
+    # (t, x, p) -> B (nx × k): directions of projection onto the invariants (None: minimum norm)
+    projection: ca.Function | None = None
 
     @property
     def nx(self) -> int:
@@ -130,6 +132,10 @@ def to_casadi(system: SymbolicSystem, *, seed: int = 0, kind: str | None = None)
     constraints = ca.Function("constraints", [t, x, p], [phi], ["t", "x", "p"], ["phi"])
     r = ca.vertcat(*[c(k.residual) for k in system.invariants]) if system.invariants else T(0, 1)
     invariants = ca.Function("invariants", [t, x, p], [r], ["t", "x", "p"], ["r"])
+    projection = None
+    if system.projection:
+        B = ca.horzcat(*[ca.vertcat(*[c(e) for e in col]) for col in system.projection])
+        projection = ca.Function("projection_directions", [t, x, p], [B], ["t", "x", "p"], ["B"])
     columns = system.report_columns()
     report = ca.Function("report", [t, x, p], [ca.vertcat(*[c(e) for _, e in columns]) if columns else T(0, 1)],
                          ["t", "x", "p"], ["y"])
@@ -155,4 +161,5 @@ def to_casadi(system: SymbolicSystem, *, seed: int = 0, kind: str | None = None)
         invariants=invariants,
         report=report,
         report_names=tuple(name for name, _ in columns),
+        projection=projection,
     )

@@ -84,6 +84,10 @@ class SymbolicSystem:
     invariants: tuple[Constraint, ...] = ()
     # what a trajectory CSV shows, as (name, expression of the states); empty: the states
     report: tuple[tuple[str, sp.Expr], ...] = ()
+    # directions (columns of nx expressions) along which start values are moved onto the invariants;
+    # empty: minimum-norm (Euclidean) projection. Port-Hamiltonian index reduction sets them to the
+    # junctions' redistribution (charge/momentum conserving), see lower.port_hamiltonian._redistribution
+    projection: tuple[tuple[sp.Expr, ...], ...] = ()
 
     # ------------------------------------------------------------ views
     @property

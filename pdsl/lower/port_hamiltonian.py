@@ -167,7 +167,7 @@ def _network(model: Model) -> SymbolicSystem:
     alg_rows = tuple(Equation(lhs=r.xreplace(subs), rhs=sp.Integer(0), origin=span, label=label) for r, span, label in sol.alg_eqs)
     constraints = tuple(Constraint(residual=red.residual, origin=red.origin, label=red.label) for red in sol.reductions)
     system = _system(model, tuple(net.states), tuple(rows), alg, alg_rows, net.energy, model.span, "port-hamiltonian")
-    return replace(system, constraints=constraints, invariants=constraints)
+    return replace(system, constraints=constraints, invariants=constraints, projection=tuple(sol.directions or ()))
 
 
 # ====================================================================== index reduction
@@ -193,6 +193,7 @@ class _Solution:
     algebraics: list
     alg_eqs: list
     reductions: list
+    directions: list | None = None  # columns (one per reduction): how the junctions redistribute the tied stores
 
 
 def _solve_network(net: _Net) -> _Solution:
@@ -213,6 +214,7 @@ def _solve_network(net: _Net) -> _Solution:
     subs: dict = {}
     reductions: list[Reduction] = []
     algebraics, alg_eqs = [], []
+    directions = None
     for times in range(MAX_DIFFERENTIATIONS + 1):
         eqs, subs = _eliminate_aliases(eqs, unknowns, subs)
         eqs, subs = _sort_causal(eqs, unknowns | rates, subs)
@@ -256,12 +258,49 @@ def _solve_network(net: _Net) -> _Solution:
         if times == MAX_DIFFERENTIATIONS:
             raise PdslError.at("DependentStorage", f"the constraint {new[0].residual} = 0 between stores still holds after "
                                f"{MAX_DIFFERENTIATIONS} differentiations", new[0].origin)
+        if times == 0 and not reductions:
+            directions = _redistribution(eqs, subs, open_, net, len(new))
+        else:
+            directions = None  # a second pass of reductions: keep the minimum-norm projection
         reductions += new
         closed = _closure(subs)
         for red in new:
             dg = sum((sp.diff(red.residual, x) * rate_of[x] for x in red.states), sp.Integer(0))
             eqs.append((dg.xreplace(closed), red.origin, f"index reduction: d/dt({red.residual}) = 0"))
-    return _Solution(subs=_closure(subs), algebraics=algebraics, alg_eqs=alg_eqs, reductions=reductions)
+    return _Solution(subs=_closure(subs), algebraics=algebraics, alg_eqs=alg_eqs, reductions=reductions,
+                     directions=directions if reductions else None)
+
+
+def _redistribution(eqs, subs, open_, net: _Net, n_constraints: int) -> list | None:
+    """The directions in which the junctions move the tied stores' states when an inconsistent start is connected.
+
+    When a constraint g(x) = 0 appears, the port equations that are left no longer fix every rate: they admit a
+    free internal flow (the current circulating between two parallel capacitors, the force between two rigidly
+    coupled masses). The rates that free flow produces — the rate components of the null space of the left
+    equations' Jacobian in the open unknowns — are the directions of the impulsive redistribution of a physical
+    connection: moving the start along them keeps every quantity the junctions balance (total charge, total
+    momentum), as closing a switch does. One column per constraint, or None (minimum-norm projection instead)
+    when the equations are nonlinear in the unknowns or the count does not match."""
+    unknowns = sorted(open_, key=lambda v: v.name)
+    if not unknowns or not eqs:
+        return None
+    closed = _closure(subs)
+    residuals = [r.xreplace(closed) for r, _, _ in eqs]
+    A = sp.Matrix([[sp.diff(r, u) for u in unknowns] for r in residuals])
+    if A.free_symbols & set(unknowns):
+        return None
+    null = A.nullspace(simplify=True)
+    if not null:
+        return None
+    rate_exprs = [closed.get(st.rate, st.rate) for st in net.states]
+    R = sp.Matrix([[sp.diff(e, u) for u in unknowns] for e in rate_exprs])
+    if R.free_symbols & set(unknowns):
+        return None
+    cols = [sp.simplify(R * v) for v in null]
+    cols = [c for c in cols if any(e != 0 for e in c)]
+    if len(cols) != n_constraints or sp.Matrix.hstack(*cols).rank(simplify=True) != n_constraints:
+        return None
+    return [tuple(c) for c in cols]
 
 
 def _shown(symbol) -> str:

@@ -37,7 +37,14 @@ class Projector:
         t, x, p = T.sym("t"), T.sym("x", num.nx), T.sym("p", len(num.p_names))
         r = num.invariants(t, x, p)
         self.n = r.shape[0]
-        self._f = ca.Function("r_and_J", [t, x, p], [r, ca.jacobian(r, x)])
+        J = ca.jacobian(r, x)
+        if num.projection is not None:
+            # steps along the model's own directions B (a p-H junction's redistribution): x ← x − B (J B)⁺ r,
+            # returned as (r, J B, B)
+            B = num.projection(t, x, p)
+            self._f = ca.Function("r_and_J", [t, x, p], [r, ca.mtimes(J, B), B])
+        else:
+            self._f = ca.Function("r_and_J", [t, x, p], [r, J])
 
     def residual(self, x, p, t=0.0) -> np.ndarray:
         return np.asarray(self._f(t, x, p)[0]).ravel()
@@ -54,9 +61,13 @@ class Projector:
         scale = 0.5 * max(_rms(x), 1.0)  # A3.1 clamps steps to half the state scale
         k = 0
         while _rms(r) > tol and k < max_iter:
-            r, J = self._eval(x, p, t)
+            r, J, B = self._eval(x, p, t, directions=True)
             dx = -np.linalg.lstsq(J, r, rcond=None)[0]
-            x = x + np.clip(dx, -scale, scale)
+            if B is None:
+                x = x + np.clip(dx, -scale, scale)
+            else:  # shrink the whole step (clipping entries would leave the directions, and the balance they keep)
+                dx = B @ dx
+                x = x + dx * min(1.0, scale / max(float(np.max(np.abs(dx))), 1e-300))
             r, _ = self._eval(x, p, t)
             k += 1
         after = _rms(r)
@@ -73,9 +84,13 @@ class Projector:
         )
         return Projection(x=x, residual_before=before, residual_after=after, iterations=k, changes=changes)
 
-    def _eval(self, x, p, t):
-        r, J = self._f(t, x, p)
-        return np.asarray(r).ravel(), np.asarray(J)
+    def _eval(self, x, p, t, directions: bool = False):
+        """r and the Jacobian of r in the step coordinates (J, or J B); with ``directions`` also B (or None)."""
+        out = self._f(t, x, p)
+        r, J = np.asarray(out[0]).ravel(), np.asarray(out[1])
+        if not directions:
+            return r, J
+        return r, J, (np.asarray(out[2]) if len(out) > 2 else None)
 
 
 def _rms(v) -> float:

@@ -21,6 +21,7 @@ from pdsl.cli.main import main
 from pdsl.diagnostics import PdslError
 from pdsl.lower.port_hamiltonian import _hidden_constraints, power_balance
 from pdsl.pipeline import compile_model
+from pdsl.sim.initial import Projector
 from pdsl.sim.simulate import input_from_expression, simulate, time_grid
 
 RLC = Path(__file__).resolve().parents[2] / "models" / "rlc.phm"
@@ -322,3 +323,41 @@ def test_hidden_constraint_from_dependent_rows():
     assert sp.simplify(g / (2 * q1 / C1 - q2 / C2)) in (1, -1, sp.Rational(1, 2), sp.Rational(-1, 2))
     assert len(kept) == 2 and kept[-1][2] == "third"
     assert _hidden_constraints([(a + b - q1, span, "x"), (a - b, span, "y")], [a, b]) is None
+
+
+# ---------------------------------------------------------------- consistent starts: the junctions' redistribution
+@pytest.mark.parametrize("name, x0, conserved, expected", [
+    # two capacitors (C1 = 0.1, C2 = 0.3) connected with q1 = 1, q2 = 0: the charge splits like the capacitances
+    ("caps", [1.0, 0.0], [1, 1], [0.25, 0.75]),
+    ("three_caps", [1.0, 0.0, 0.0], [1, 1, 1], [0.1 / 0.65, 0.3 / 0.65, 0.25 / 0.65]),
+    # two masses (1 and 3) rigidly coupled, p1 = 1, p2 = 0: momentum conserved, common velocity 1/4
+    ("masses", [1.0, 0.0], [1, 1], [0.25, 0.75]),
+    # two inductors in series (0.2, 0.3): the flux linkage is conserved and the current becomes common
+    ("inductors", [0.0, 1.0, 0.0], [0, 1, 1], [0.0, 0.4, 0.6]),
+])
+def test_inconsistent_start_is_redistributed_like_a_physical_connection(name, x0, conserved, expected):
+    """Not the minimum-norm projection (which for the capacitors gives q = (0.1, 0.3): charge 0.4 from 1):
+    the start moves along the free internal flow of the junction, keeping what the junction balances."""
+    num = compiled(name).numeric
+    assert num.projection is not None
+    pr = Projector(num).project(np.array(x0), num.p_default)
+    assert pr.residual_after < 1e-12
+    assert np.dot(conserved, pr.x) == pytest.approx(np.dot(conserved, x0), abs=1e-12)
+    assert pr.x == pytest.approx(expected, abs=1e-12)
+
+
+def test_nonlinear_capacitor_start_conserves_charge():
+    num = compiled("nonlinear").numeric  # energies a q1⁴/4 and q2²/(2 C2): efforts q1³ and q2/C2
+    pr = Projector(num).project(np.array([1.0, 0.0]), num.p_default)
+    q1, q2 = pr.x
+    assert q1 + q2 == pytest.approx(1.0, abs=1e-12)
+    assert q1**3 == pytest.approx(q2 / 0.5, abs=1e-12)
+
+
+def test_simulate_reports_the_redistributed_start(tmp_path, capsys):
+    path = tmp_path / "caps.phm"
+    path.write_text(MODELS["caps"])
+    assert main(["simulate", str(path), "--init", "q1=1", "--init", "q2=0", "--t-end", "0.1", "--dt", "0.1",
+                 "-o", str(tmp_path / "caps.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "q1: 1 -> 0.25" in out and "q2: 0 -> 0.75" in out
