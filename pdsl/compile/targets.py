@@ -216,8 +216,6 @@ START = numpy.array({start!r})
 
 def _python(num: NumericSystem, out: Path, cc) -> None:
     sys = num.system
-    if sys.neural:
-        raise PdslError.at("NotYetSupported", "the python target for models with neural components is not implemented yet", sys.span)
     if sys.algebraics:
         raise PdslError.at("NotYetSupported", "the python target for DAEs is not implemented yet", sys.span)
     from sympy.printing.numpy import NumPyPrinter
@@ -240,9 +238,12 @@ def _python(num: NumericSystem, out: Path, cc) -> None:
     def prep(e):
         return (e.xreplace(laws) if laws else e).xreplace(mapping)
 
+    nets = _NetworkCalls(sys, printer)
+
     def body(exprs: list[sp.Expr], result: str) -> list[str]:
-        subs, reduced = sp.cse([prep(e) for e in exprs], symbols=sp.numbered_symbols("c_"))
-        code = [f"    {printer.doprint(sym)} = {printer.doprint(val)}" for sym, val in subs]
+        code, prepared = nets.replace([prep(e) for e in exprs])
+        subs, reduced = sp.cse(prepared, symbols=sp.numbered_symbols("c_"))
+        code += [f"    {printer.doprint(sym)} = {printer.doprint(val)}" for sym, val in subs]
         items = ", ".join(printer.doprint(r) for r in reduced)
         code.append(f"    {result} = numpy.array([{items}], dtype=float)" if reduced else f"    {result} = numpy.zeros(0)")
         return code
@@ -251,6 +252,8 @@ def _python(num: NumericSystem, out: Path, cc) -> None:
         version=__version__, model=sys.name, states=list(num.x_names), params=list(num.p_names),
         defaults=[float(v) for v in num.p_default], inputs=list(num.u_names), start=[float(v) for v in num.x_start],
     )]
+    if nets.specs:
+        src.append(_PY_MLP.format(nets=nets.specs))
     src.append("\ndef rhs(t, x, p=DEFAULTS, u=()):\n    \"\"\"Time derivative of the state.\"\"\"")
     src += lines_in + unpack
     if sys.is_explicit():
@@ -283,6 +286,122 @@ def step(t, x, h, p=DEFAULTS, u=()):
     module = _module_name(sys.name)
     (out / f"{module}.py").write_text(code, encoding="utf-8")
     _write_manifest(out / "manifest.json", {**manifest(num, {}), "python_module": f"{module}.py"})
+
+
+_PY_MLP = '''
+# Neural components: (layer sizes, activation, offset of the weights in p), by position; per layer
+# W (fan_out x fan_in, column-major) then b, as pdsl.backend.neural lays them out.
+NETWORKS = {nets!r}
+
+
+def _erf(z):
+    import math
+    return numpy.vectorize(math.erf)(z)
+
+
+_ACT = {{
+    "tanh": (numpy.tanh, lambda z, h: 1 - h * h),
+    "relu": (lambda z: numpy.maximum(z, 0.0), lambda z, h: (z > 0).astype(float)),
+    "softplus": (lambda z: numpy.log1p(numpy.exp(-numpy.abs(z))) + numpy.maximum(z, 0.0),
+                 lambda z, h: 1 / (1 + numpy.exp(-z))),
+    "sin": (numpy.sin, lambda z, h: numpy.cos(z)),
+    "elu": (lambda z: numpy.where(z > 0, z, numpy.expm1(numpy.minimum(z, 0.0))),
+            lambda z, h: numpy.where(z > 0, 1.0, numpy.exp(numpy.minimum(z, 0.0)))),
+    "gelu": (lambda z: 0.5 * z * (1 + _erf(z / numpy.sqrt(2.0))),
+             lambda z, h: 0.5 * (1 + _erf(z / numpy.sqrt(2.0))) + z / numpy.sqrt(2 * numpy.pi) * numpy.exp(-0.5 * z * z)),
+    "sigmoid": (lambda z: 1 / (1 + numpy.exp(-z)), lambda z, h: h * (1 - h)),
+    "identity": (lambda z: z, lambda z, h: numpy.ones_like(z)),
+}}
+
+
+def _mlp(index, inputs, p):
+    """Output y and input Jacobian dy/dx of network ``index`` at ``inputs`` (explicit backpropagation)."""
+    sizes, act, offset = NETWORKS[index]
+    s, ds = _ACT[act]
+    h, k, layers = numpy.asarray(inputs, dtype=float), offset, []
+    for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
+        W = p[k : k + fan_in * fan_out].reshape(fan_in, fan_out).T
+        k += fan_in * fan_out
+        layers.append((W, p[k : k + fan_out]))
+        k += fan_out
+    slopes = []
+    for W, b in layers[:-1]:
+        z = W @ h + b
+        h = s(z)
+        slopes.append(ds(z, h))
+    W_out, b_out = layers[-1]
+    J = W_out
+    for (W, _), d in zip(reversed(layers[:-1]), reversed(slopes)):
+        J = (J * d) @ W
+    return W_out @ h + b_out, J
+'''
+
+
+class _NetworkCalls:
+    """Replaces neural calls in expressions by symbols and emits the numpy code computing them.
+
+    A call ``V(k, a, b)`` (output k of network V at inputs a, b) becomes ``y_n[k]`` of
+    ``y_n, J_n = _mlp(i, [a, b], p)``; ``Derivative(V(k, a, b), a)`` becomes ``J_n[k, 0]``
+    (summed over the positions where the variable appears), and ``Subs(Derivative(V(k, ξ, η), ξ), (ξ, η),
+    (a, b))`` the same at (a, b). One network pass per distinct input list, shared by every output
+    and derivative taken there. Networks are addressed by position, never by name."""
+
+    def __init__(self, system, printer):
+        from ..backend.neural import layer_sizes, n_weights
+
+        self.printer = printer
+        self.index, self.specs, offset = {}, [], len(system.params)
+        for nn in (n for n in system.neural if n.n_in is not None):
+            self.index[nn.fn.__name__] = len(self.specs)
+            self.specs.append((layer_sizes(nn), nn.act, offset))
+            offset += n_weights(nn)
+        self.passes: dict = {}
+
+    def replace(self, exprs):
+        self.passes, self.code, self.count = {}, [], 0
+        out = [self._walk(e) for e in exprs]
+        return self.code, out
+
+    def _pass(self, name: str, args):
+        if name not in self.index:
+            raise PdslError.at("InternalUnsupported", "a neural component without weights reached the python target")
+        key = (name, tuple(args))
+        if key not in self.passes:
+            n = len(self.passes)
+            ins = ", ".join(self.printer.doprint(a) for a in args)
+            self.code.append(f"    nn_y{n}, nn_J{n} = _mlp({self.index[name]}, [{ins}], p)")
+            self.passes[key] = n
+        return self.passes[key]
+
+    def _grad(self, f, variable, values=None):
+        args = [self._walk(a) for a in (values if values is not None else f.args[1:])]
+        idx = [i for i, a in enumerate(f.args[1:]) if a == variable]
+        n = self._pass(f.func.__name__, args)
+        k = int(f.args[0])
+        return sp.Add(*[sp.Symbol(f"nn_J{n}[{k}, {i}]") for i in idx])
+
+    def _walk(self, e):
+        if not e.has(sp.core.function.AppliedUndef):
+            return e
+        if isinstance(e, sp.core.function.AppliedUndef):
+            args = [self._walk(a) for a in e.args[1:]]
+            return sp.Symbol(f"nn_y{self._pass(e.func.__name__, args)}[{int(e.args[0])}]")
+        if isinstance(e, sp.Derivative):
+            variables = [v for v, c in e.variable_count for _ in range(c)]
+            if not isinstance(e.expr, sp.core.function.AppliedUndef) or len(variables) != 1:
+                raise PdslError.at("NotYetSupported", "the python target supports first derivatives of networks only")
+            return self._grad(e.expr, variables[0])
+        if isinstance(e, sp.Subs):
+            inner, old, new = e.args
+            if not (isinstance(inner, sp.Derivative) and isinstance(inner.expr, sp.core.function.AppliedUndef)
+                    and len(inner.variables) == 1):
+                raise PdslError.at("NotYetSupported", "the python target supports first derivatives of networks only")
+            mapping = dict(zip(old, new))
+            f = inner.expr
+            return self._grad(f, inner.variables[0], [a.xreplace(mapping) for a in f.args[1:]])
+        if not e.args:
+            return e
+        return e.func(*[self._walk(a) for a in e.args])
 
 
 def _module_name(name: str) -> str:
