@@ -13,6 +13,20 @@ import sympy as sp
 TIME = sp.Symbol("t", real=True)
 
 
+def as_expr(value) -> sp.Basic:
+    """A sympy expression from an internal value: sympy objects pass through, Python/numpy numbers become
+    sympy numbers. Never parses text (``sympify`` would evaluate a string): a string is an internal error."""
+    if isinstance(value, sp.Basic):
+        return value
+    if isinstance(value, bool):
+        return sp.true if value else sp.false
+    if isinstance(value, int) or (hasattr(value, "dtype") and getattr(value.dtype, "kind", "") in "iu"):
+        return sp.Integer(int(value))
+    if isinstance(value, float) or (hasattr(value, "dtype") and getattr(value.dtype, "kind", "") == "f"):
+        return sp.Float(float(value))
+    raise TypeError(f"not an expression: {type(value).__name__}")
+
+
 def sym(name: str) -> sp.Symbol:
     return sp.Symbol(name, real=True)
 

@@ -12,7 +12,9 @@ from typing import Callable, Mapping
 import casadi as ca
 import sympy as sp
 
+from .. import symbols as S
 from ..diagnostics import PdslError
+from ..resolve.model import network_derivative
 
 __all__ = ["Converter"]
 
@@ -87,7 +89,7 @@ class Converter:
                 return ca.DM(n, m)
             rows = [ca.horzcat(*[self._conv(expr[i, j]) for j in range(m)]) for i in range(n)]
             return ca.vertcat(*rows)
-        return self._conv(sp.sympify(expr) if not isinstance(expr, sp.Basic) else expr)
+        return self._conv(S.as_expr(expr))
 
     def _conv(self, e: sp.Basic):
         hit = self._memo.get(e)
@@ -164,15 +166,8 @@ class Converter:
         return net.output(k, [self._conv(a) for a in e.args[1:]])
 
     def _derivative(self, e: sp.Derivative):
-        f = e.expr
-        if not isinstance(f, sp.core.function.AppliedUndef):
-            raise PdslError.at("InternalUnsupported", "derivative of a non-network expression reached the backend")
-        variables = [v for v, n in e.variable_count for _ in range(n)]
-        if len(variables) != 1:
-            raise PdslError.at("NotYetSupported", "second derivatives of neural components are not supported yet")
-        idx = [i for i, a in enumerate(f.args[1:]) if a == variables[0]]
+        f, k, idx = network_derivative(e)
         net = self._net(f)
-        k = int(f.args[0])
         ins = [self._conv(a) for a in f.args[1:]]
         return sum(net.gradient(k, ins, i) for i in idx)
 

@@ -39,6 +39,7 @@ import torch
 from .. import symbols as S
 from ..diagnostics import PdslError
 from ..lower.ir import SymbolicSystem
+from ..resolve.model import network_derivative
 from .neural import layer_sizes, n_weights
 
 __all__ = ["TorchSystem", "Bound", "DTYPE", "mlp_torch"]
@@ -204,7 +205,7 @@ class _Tape:
     # ---- expressions
     def compile(self, e, env: dict | None = None) -> int:
         if not isinstance(e, sp.Basic):
-            e = sp.sympify(e)
+            e = S.as_expr(e)
         if env:
             env = {k: v for k, v in env.items() if k in e.free_symbols}
         if env:
@@ -385,16 +386,9 @@ class _Tape:
         return self.memo[key]
 
     def _derivative(self, e, env) -> int:
-        f = e.expr
-        if not isinstance(f, sp.core.function.AppliedUndef):
-            raise PdslError.at("InternalUnsupported", "derivative of a non-network expression reached the backend")
-        variables = [v for v, n in e.variable_count for _ in range(n)]
-        if len(variables) != 1:
-            raise PdslError.at("NotYetSupported", "second derivatives of neural components are not supported yet")
-        idx = [i for i, a in enumerate(f.args[1:]) if a == variables[0]]
+        f, k, idx = network_derivative(e)
         call, slot = self._call(f, env)
         call.jacobian = True
-        k = int(f.args[0])
         key = ("J", slot, k, tuple(idx))
         if key not in self.memo:
             self.memo[key] = self.emit(lambda r, k=k, idx=tuple(idx): sum(r[1][:, k, i] for i in idx), (slot,))
@@ -504,7 +498,7 @@ class TorchSystem:
         return tape, leaves
 
     def _sub(self, e):
-        e = sp.sympify(e)
+        e = S.as_expr(e)
         return e.xreplace(self._laws) if self._laws else e
 
     def _program(self, exprs) -> _Program:

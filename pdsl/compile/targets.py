@@ -24,6 +24,7 @@ from .. import __version__
 from .. import symbols as S
 from ..backend.functions import NumericSystem
 from ..diagnostics import PdslError
+from ..resolve.model import network_derivative
 
 __all__ = ["TARGETS", "compile_to", "manifest"]
 
@@ -373,11 +374,11 @@ class _NetworkCalls:
             self.passes[key] = n
         return self.passes[key]
 
-    def _grad(self, f, variable, values=None):
-        args = [self._walk(a) for a in (values if values is not None else f.args[1:])]
-        idx = [i for i, a in enumerate(f.args[1:]) if a == variable]
+    def _grad(self, derivative: sp.Derivative, mapping: dict | None = None):
+        """The network input gradient ``derivative`` stands for, at its arguments under ``mapping`` (a Subs)."""
+        f, k, idx = network_derivative(derivative)
+        args = [self._walk(a.xreplace(mapping) if mapping else a) for a in f.args[1:]]
         n = self._pass(f.func.__name__, args)
-        k = int(f.args[0])
         return sp.Add(*[sp.Symbol(f"nn_J{n}[{k}, {i}]") for i in idx])
 
     def _walk(self, e):
@@ -387,18 +388,12 @@ class _NetworkCalls:
             args = [self._walk(a) for a in e.args[1:]]
             return sp.Symbol(f"nn_y{self._pass(e.func.__name__, args)}[{int(e.args[0])}]")
         if isinstance(e, sp.Derivative):
-            variables = [v for v, c in e.variable_count for _ in range(c)]
-            if not isinstance(e.expr, sp.core.function.AppliedUndef) or len(variables) != 1:
-                raise PdslError.at("NotYetSupported", "the python target supports first derivatives of networks only")
-            return self._grad(e.expr, variables[0])
+            return self._grad(e)
         if isinstance(e, sp.Subs):
             inner, old, new = e.args
-            if not (isinstance(inner, sp.Derivative) and isinstance(inner.expr, sp.core.function.AppliedUndef)
-                    and len(inner.variables) == 1):
+            if not isinstance(inner, sp.Derivative):
                 raise PdslError.at("NotYetSupported", "the python target supports first derivatives of networks only")
-            mapping = dict(zip(old, new))
-            f = inner.expr
-            return self._grad(f, inner.variables[0], [a.xreplace(mapping) for a in f.args[1:]])
+            return self._grad(inner, dict(zip(old, new)))
         if not e.args:
             return e
         return e.func(*[self._walk(a) for a in e.args])

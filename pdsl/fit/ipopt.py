@@ -235,9 +235,8 @@ def multiple_shooting(loss: ChunkLoss, segments: Segments, val, state: State, op
     # one segment: (x0, p, Y, U, T) -> weighted residuals and the end state
     xs, ps = ca.MX.sym("x0", nx), ca.MX.sym("p", len(num.p_names))
     Ys, Us, Ts = ca.MX.sym("Y", nobs, n), ca.MX.sym("U", len(num.u_names), n + 1), ca.MX.sym("T", 1, n + 1)
-    Xr = loss._rollout(n)(xs, ps, Us[:, :-1], Us[:, 1:], Ts[:, :-1])
-    R = (loss.obs.map(n)(Ts[:, 1:], Xr, ps, Us[:, 1:]) - Ys) * ca.repmat(loss.weights, 1, n)
-    seg = ca.Function("segment", [xs, ps, Ys, Us, Ts], [ca.vec(R), Xr[:, -1]])
+    Xr, Yhat = loss.rollout_observed(n, xs, ps, Us, Ts)
+    seg = ca.Function("segment", [xs, ps, Ys, Us, Ts], [ca.vec(loss.weighted(Yhat, Ys)), Xr[:, -1]])
     mapped = seg.map(S, "serial")
     Yd = ca.DM(segments.Y.transpose(1, 0, 2).reshape(nobs, S * n))
     Ud = ca.DM(segments.U.transpose(1, 0, 2).reshape(len(num.u_names), S * (n + 1)))
@@ -246,7 +245,7 @@ def multiple_shooting(loss: ChunkLoss, segments: Segments, val, state: State, op
     # the first sample of every trajectory, observed at its first node
     st = segments.starts
     obs0 = loss.obs.map(len(st))(ca.DM(segments.T[st, 0]).T, X[:, st.tolist()], p, ca.DM(segments.first_U.T))
-    R0 = (obs0 - ca.DM(segments.first_Y.T)) * ca.repmat(loss.weights, 1, len(st))
+    R0 = loss.weighted(obs0, ca.DM(segments.first_Y.T))
     entries = (S * n + len(st)) * max(nobs, 1)
     r = ca.vertcat(ca.vec(Rs), ca.vec(R0))
     links = segments.links.tolist()

@@ -195,10 +195,17 @@ class ChunkLoss:
         U = ca.MX.sym("U", len(num.u_names), n + 1)
         T = ca.MX.sym("T", 1, n + 1)
         p = self.layout.casadi_p(theta)
-        x0 = self._x0(T[0], s0, p)
-        X = self._rollout(n)(x0, p, U[:, :-1], U[:, 1:], T[:, :-1])
-        Yhat = self.obs.map(n)(T[:, 1:], X, p, U[:, 1:])
+        X, Yhat = self.rollout_observed(n, self._x0(T[0], s0, p), p, U, T)
         return s0, U, T, X, Yhat
+
+    def rollout_observed(self, n: int, x0, p, U, T):
+        """States X and observations Ŷ at t_1..t_n of an n-step rollout from the state x0 (graph pieces)."""
+        X = self._rollout(n)(x0, p, U[:, :-1], U[:, 1:], T[:, :-1])
+        return X, self.obs.map(n)(T[:, 1:], X, p, U[:, 1:])
+
+    def weighted(self, Yhat, Y):
+        """The weighted residuals (Ŷ − Y)·w, column by column."""
+        return (Yhat - Y) * ca.repmat(self.weights, 1, Y.shape[1])
 
     def _x0(self, t0, s0, p):
         x0 = self.g(t0, s0, p)
@@ -209,7 +216,7 @@ class ChunkLoss:
         theta = ca.MX.sym("theta", self.layout.n_theta)
         s0, U, T, _, Yhat = self._predict_graph(n, theta)
         Y = ca.MX.sym("Y", len(self.observed), n)
-        R = (Yhat - Y) * ca.repmat(self.weights, 1, n)
+        R = self.weighted(Yhat, Y)
         L = ca.sum1(ca.sum2(ca.fabs(R))) if self.spec.loss == "l1" else ca.sumsqr(R)
         return {"ins": [theta, s0, Y, U, T], "L": L, "R": R}
 
@@ -304,7 +311,7 @@ class ChunkLoss:
             num = self.num
             P = ca.MX.sym("p", len(num.p_names))
             s0, U, T = ca.MX.sym("s0", len(num.report_names)), ca.MX.sym("U", len(num.u_names), n + 1), ca.MX.sym("T", 1, n + 1)
-            X = self._rollout(n)(self._x0(T[0], s0, P), P, U[:, :-1], U[:, 1:], T[:, :-1])
-            self._cache[key] = ca.Function("predict", [P, s0, U, T], [self.obs.map(n)(T[:, 1:], X, P, U[:, 1:])])
+            _, Yhat = self.rollout_observed(n, self._x0(T[0], s0, P), P, U, T)
+            self._cache[key] = ca.Function("predict", [P, s0, U, T], [Yhat])
         Yhat = np.asarray(_call(self._cache[key], p, traj.S[0], traj.U.T, traj.t[None, :])).T
         return np.vstack([traj.Y[:1], Yhat])

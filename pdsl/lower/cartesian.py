@@ -301,7 +301,7 @@ def _connector_rows(c: Connector, bodies: dict[str, Body], space: int) -> list[_
 def _hinge_axis(c: Connector) -> sp.Matrix:
     """The constant hinge axis u (local coordinates of each body it attaches, world coordinates for ground)."""
     u = sp.Matrix(c.options["axis"])
-    if any(sp.sympify(e).free_symbols for e in u):
+    if any(S.as_expr(e).free_symbols for e in u):
         raise PdslError.at("NotConstant", "the hinge axis must be a constant vector (it fixes which constraint rows "
                            "are independent)", c.span, "write the axis with numbers, e.g. axis = [0, 0, 1]")
     if all(e == 0 for e in u):
@@ -422,7 +422,7 @@ def _generalized_force(model: Model, layout: _Layout, velocity, position) -> Spa
     for f in model.forces:
         J = _point_jacobian(f.at, coords, position)
         for axis, row in enumerate(J):
-            fa = sp.sympify(f.force[axis]).xreplace(rates)
+            fa = S.as_expr(f.force[axis]).xreplace(rates)
             for j, g in row.items():
                 F.setdefault(j, []).append(g * fa)
     for c in model.connectors:

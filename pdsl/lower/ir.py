@@ -61,6 +61,18 @@ class Constraint:
     label: str = ""
 
 
+def closed_input_laws(inputs) -> dict[sp.Symbol, sp.Expr]:
+    """``{input: law}`` of the inputs with an in-model law, substituted into each other until no law refers to
+    another input (the lowering has already rejected cycles)."""
+    laws = {u.symbol: u.law for u in inputs if u.law is not None}
+    for _ in range(len(laws) + 1):
+        new = {k: v.xreplace(laws) for k, v in laws.items()}
+        if new == laws:
+            break
+        laws = new
+    return laws
+
+
 @dataclass(**_FROZEN)
 class SymbolicSystem:
     name: str
@@ -128,10 +140,4 @@ class SymbolicSystem:
 
     def input_laws(self) -> dict[sp.Symbol, sp.Expr]:
         """In-model feedback laws, resolved so that no law refers to another input."""
-        laws = {u.symbol: u.law for u in self.inputs if u.law is not None}
-        for _ in range(len(laws) + 1):
-            new = {k: v.xreplace(laws) for k, v in laws.items()}
-            if new == laws:
-                break
-            laws = new
-        return laws
+        return closed_input_laws(self.inputs)

@@ -62,7 +62,7 @@ from ..diagnostics import Collector, PdslError, Span
 from ..resolve.model import Element, Model
 from ..resolve.port_hamiltonian import port_symbols
 from .common import check_no_unsupported, make_state, resolve_input_laws
-from .ir import Algebraic, Constraint, Equation, SymbolicSystem
+from .ir import Algebraic, Constraint, Equation, SymbolicSystem, closed_input_laws
 
 __all__ = ["lower_port_hamiltonian", "PortPower", "port_powers", "PowerBalance", "power_balance"]
 
@@ -336,7 +336,7 @@ def _reduction(g, span, label, net: _Net, times: int) -> Reduction | None:
     """A constraint left by the passes: None when it holds identically, a Reduction when it ties store states
     (and nothing that cannot be differentiated), a located error otherwise."""
     model = net.model
-    laws = _input_laws(model)
+    laws = closed_input_laws(model.inputs)
     g = _close(g, laws) if laws else g
     g = _zero_or_residual(g)
     if g == 0:
@@ -370,16 +370,6 @@ def _reduction(g, span, label, net: _Net, times: int) -> Reduction | None:
             "start values projected onto it")
     return Reduction(residual=g, stores=tuple((stores[x].name, stores[x].span) for x in tied), states=tuple(tied),
                      origin=span, times=times + 1, label=text)
-
-
-def _input_laws(model: Model) -> dict:
-    laws = {u.symbol: u.law for u in model.inputs if u.law is not None}
-    for _ in range(len(laws) + 1):
-        new = {k: v.xreplace(laws) for k, v in laws.items()}
-        if new == laws:
-            break
-        laws = new
-    return laws
 
 
 # sympy's simplify rewrites sign(q) (the derivative of abs) as a Piecewise in q = 0 and takes seconds to minutes

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-import sympy as sp
 
 from ..data.csvio import atomic_path
+from .. import symbols as S
 from ..diagnostics import PdslError
 from .initial import Projector
 
@@ -28,7 +28,7 @@ def plot_structure(model, num, path) -> None:
     values.update({q.symbol: q.default for q in num.system.params})
 
     def pos(vec) -> np.ndarray:
-        return np.array([float(sp.sympify(c).xreplace(values)) for c in vec])
+        return np.array([float(S.as_expr(c).xreplace(values)) for c in vec])
 
     d = model.space
     fig = plt.figure(figsize=(6, 6))
