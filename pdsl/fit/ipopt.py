@@ -93,10 +93,11 @@ def _solve(w, r, scale: float, g, w0, state: State, opts: TrainOptions, hessian:
     bar = _bar(opts, state, label)
     clock = [time.perf_counter()]
     stopped = [False]
+    seen_start = [False]
 
     def on_iteration(wk: np.ndarray, fk: float) -> bool:
-        if getattr(on_iteration, "first", True):  # IPOPT reports the starting point as iteration 0
-            on_iteration.first = False
+        if not seen_start[0]:  # IPOPT reports the starting point as iteration 0
+            seen_start[0] = True
             return False
         on_iterate(wk, fk, time.perf_counter() - clock[0])
         clock[0] = time.perf_counter()
@@ -121,11 +122,10 @@ def _solve(w, r, scale: float, g, w0, state: State, opts: TrainOptions, hessian:
                                           ["x", "p", "lam_f", "lam_g"], ["hess_gamma_x_x"])
     solver = ca.nlpsol("pdsl_fit", "ipopt", {"x": w, "f": f, "g": g}, options)
     try:
-        try:
-            sol = solver(x0=w0, lbg=0, ubg=0)
-        except RuntimeError as exc:  # an implicit stage solve failing inside a function evaluation
-            raise PdslError.at("IntegratorFailure", f"IPOPT stopped: {str(exc).strip().splitlines()[-1]}",
-                               hint="start closer to the data (--param), use more --substeps, or --integrator rk4") from None
+        sol = solver(x0=w0, lbg=0, ubg=0)
+    except RuntimeError as exc:  # an implicit stage solve failing inside a function evaluation
+        raise PdslError.at("IntegratorFailure", f"IPOPT stopped: {str(exc).strip().splitlines()[-1]}",
+                           hint="start closer to the data (--param), use more --substeps, or --integrator rk4") from None
     finally:
         bar.close()
     status = solver.stats().get("return_status", "unknown")
@@ -144,8 +144,8 @@ def _hessian(requested: str | None) -> str:
 def _finish(state: State, opts: TrainOptions, status: str, label: str, log) -> bool:
     if status not in ("Solve_Succeeded", "Solved_To_Acceptable_Level", "Maximum_Iterations_Exceeded", "stopped", "not run"):
         log(f"warning: IPOPT ended with status {status} ({label}); the parameters are its last iterate")
-    return bool(state.extra.get("converged")) or state.epoch >= opts.epochs or status not in ("stopped",
-                                                                                             "Maximum_Iterations_Exceeded")
+    cut_short = status in ("stopped", "not run")  # --stop-after reached before the epochs: resume later
+    return bool(state.extra.get("converged")) or state.epoch >= opts.epochs or not cut_short
 
 
 # ---------------------------------------------------------------- single shooting
