@@ -258,17 +258,15 @@ def _solve_network(net: _Net) -> _Solution:
         if times == MAX_DIFFERENTIATIONS:
             raise PdslError.at("DependentStorage", f"the constraint {new[0].residual} = 0 between stores still holds after "
                                f"{MAX_DIFFERENTIATIONS} differentiations", new[0].origin)
-        if times == 0 and not reductions:
-            directions = _redistribution(eqs, subs, open_, net, len(new))
-        else:
-            directions = None  # a second pass of reductions: keep the minimum-norm projection
+        # a second pass of reductions falls back to the minimum-norm projection
+        directions = _redistribution(eqs, subs, open_, net, len(new)) if times == 0 else None
         reductions += new
         closed = _closure(subs)
         for red in new:
             dg = sum((sp.diff(red.residual, x) * rate_of[x] for x in red.states), sp.Integer(0))
             eqs.append((dg.xreplace(closed), red.origin, f"index reduction: d/dt({red.residual}) = 0"))
     return _Solution(subs=_closure(subs), algebraics=algebraics, alg_eqs=alg_eqs, reductions=reductions,
-                     directions=directions if reductions else None)
+                     directions=directions)
 
 
 def _redistribution(eqs, subs, open_, net: _Net, n_constraints: int) -> list | None:
