@@ -15,6 +15,7 @@ __all__ = [
     "Span",
     "Diagnostic",
     "PdslError",
+    "InternalError",
     "Collector",
     "register_source",
     "source_text",
@@ -85,6 +86,14 @@ class PdslError(Exception):
     @property
     def codes(self) -> list[str]:
         return [d.code for d in self.diagnostics]
+
+
+class InternalError(RuntimeError):
+    """A broken invariant inside pdsl: a bug, never the user's model, data or options.
+
+    Deliberately not a :class:`PdslError`: the CLI reports it as ``internal error: ...`` with
+    exit code 1 (``--debug`` shows the traceback), never as a located user error with exit 2.
+    """
 
 
 @dataclass(slots=True)

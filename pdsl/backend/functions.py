@@ -7,6 +7,7 @@ exogenous inputs.
 * ``rhs(t, x, p, u) -> xdot``           (ODE systems)
 * ``dae(t, x, z, p, u) -> (xdot, g)``   (every system; g empty for an ODE)
 * ``energy(t, x, p, u) -> E``           (when the model has an energy)
+* ``power(t, x, z, p, u) -> dE/dt``     (along the flow: supplied − dissipated power; with ``energy``)
 * ``outputs(t, x, z, p, u) -> y``
 * ``constraints(t, x, p) -> Φ``         (holonomic constraints, for drift monitoring)
 """
@@ -50,6 +51,8 @@ class NumericSystem:
     report_names: tuple[str, ...]
     # (t, x, p) -> B (nx × k): directions of projection onto the invariants (None: minimum norm)
     projection: ca.Function | None = None
+    # (t, x, z, p, u) -> dE/dt along the flow: the net power supplied (inputs, forces) minus dissipated
+    power: ca.Function | None = None
 
     @property
     def nx(self) -> int:
@@ -123,9 +126,12 @@ def to_casadi(system: SymbolicSystem, *, seed: int = 0, kind: str | None = None)
     io = dict(input_names=["t", "x", "z", "p", "u"])
     dae = ca.Function("dae", [t, x, z, p, u], [xdot, g], io["input_names"], ["xdot", "g"])
     rhs = None if system.algebraics else ca.Function("rhs", [t, x, p, u], [xdot], ["t", "x", "p", "u"], ["xdot"])
-    energy = None
+    energy = power = None
     if system.energy is not None:
-        energy = ca.Function("energy", [t, x, p, u], [c(system.energy)], ["t", "x", "p", "u"], ["E"])
+        E = c(system.energy)
+        energy = ca.Function("energy", [t, x, p, u], [E], ["t", "x", "p", "u"], ["E"])
+        dE = ca.jtimes(E, x, xdot) + ca.jacobian(E, t) if nx else ca.jacobian(E, t)
+        power = ca.Function("power", [t, x, z, p, u], [dE], io["input_names"], ["dEdt"])
     y = ca.vertcat(*[c(o.expr) for o in system.outputs]) if system.outputs else T(0, 1)
     outputs = ca.Function("outputs", [t, x, z, p, u], [y], io["input_names"], ["y"])
     phi = ca.vertcat(*[c(k.residual) for k in system.constraints]) if system.constraints else T(0, 1)
@@ -162,4 +168,5 @@ def to_casadi(system: SymbolicSystem, *, seed: int = 0, kind: str | None = None)
         report=report,
         report_names=tuple(name for name, _ in columns),
         projection=projection,
+        power=power,
     )

@@ -13,7 +13,7 @@ import casadi as ca
 import sympy as sp
 
 from .. import symbols as S
-from ..diagnostics import PdslError
+from ..diagnostics import InternalError, PdslError
 from ..resolve.model import network_derivative
 
 __all__ = ["Converter"]
@@ -104,7 +104,7 @@ class Converter:
             try:
                 return self.symbols[e]
             except KeyError:
-                raise PdslError.at("InternalUnboundSymbol", f"no numeric value is bound to `{e}`") from None
+                raise InternalError(f"no numeric value is bound to `{e}`") from None
         if e.is_Number or isinstance(e, sp.NumberSymbol):
             return float(e)
         if e.is_Pow:
@@ -124,7 +124,7 @@ class Converter:
             return self._neural(e)
         fn = _FUNCS.get(e.func)
         if fn is None:
-            raise PdslError.at("InternalUnsupported", f"no CasADi translation for sympy node `{e.func.__name__}`")
+            raise InternalError(f"no CasADi translation for sympy node `{e.func.__name__}`")
         return fn(*[self._conv(a) for a in e.args])
 
     def _relational(self, e):
@@ -150,14 +150,14 @@ class Converter:
             return _nary(ca.logic_or)(*args)
         if isinstance(cond, sp.Not):
             return ca.logic_not(args[0])
-        raise PdslError.at("InternalUnsupported", f"no CasADi translation for `{cond.func.__name__}`")
+        raise InternalError(f"no CasADi translation for `{cond.func.__name__}`")
 
     # -- neural components: fn(k, *inputs) and their derivatives
     def _net(self, e):
         name = e.func.__name__
         net = self.neural.get(name)
         if net is None:
-            raise PdslError.at("InternalUnsupported", f"neural component `{name}` has no numeric implementation bound")
+            raise InternalError(f"neural component `{name}` has no numeric implementation bound")
         return net
 
     def _neural(self, e):

@@ -37,7 +37,7 @@ import sympy as sp
 import torch
 
 from .. import symbols as S
-from ..diagnostics import PdslError
+from ..diagnostics import InternalError, PdslError
 from ..lower.ir import SymbolicSystem
 from ..resolve.model import network_derivative
 from .neural import layer_sizes, n_weights
@@ -235,11 +235,11 @@ class _Tape:
         if e.is_Symbol:
             if e in self.leaves:
                 return self.leaves[e]
-            raise PdslError.at("InternalUnboundSymbol", f"no numeric value is bound to `{e}`")
+            raise InternalError(f"no numeric value is bound to `{e}`")
         if e.is_number and not e.has(sp.core.function.AppliedUndef):
             value = complex(e.evalf())
             if value.imag != 0:
-                raise PdslError.at("InternalUnsupported", f"complex constant `{e}`")
+                raise InternalError(f"complex constant `{e}`")
             return self.const(value.real)
         if isinstance(e, sp.core.function.AppliedUndef):
             return self._net_output(e, env)
@@ -285,7 +285,7 @@ class _Tape:
             for a in e.args[1:]:
                 out = self.emit(fn, (out, c(a)))
             return out
-        raise PdslError.at("InternalUnsupported", f"no torch translation for sympy node `{e.func.__name__}`")
+        raise InternalError(f"no torch translation for sympy node `{e.func.__name__}`")
 
     def _add(self, e, c) -> int:
         plus, minus = [], []
@@ -366,7 +366,7 @@ class _Tape:
         name = f.func.__name__
         nn = self.nets.get(name)
         if nn is None:
-            raise PdslError.at("InternalUnsupported", f"neural component `{name}` has no numeric implementation bound")
+            raise InternalError(f"neural component `{name}` has no numeric implementation bound")
         args = self._resolved_args(f, env)
         key = (name, args)
         if key not in self.calls:
@@ -623,7 +623,7 @@ def _solve_rows(tape: _Tape, A: sp.Matrix, b: sp.Matrix, unknowns: list) -> dict
     open_unknowns = [w for w in unknowns if w not in solved]
     if open_unknowns:
         if len(rows_left) != len(open_unknowns):
-            raise PdslError.at("InternalUnsupported", "linear-implicit rows do not match their unknowns")
+            raise InternalError("linear-implicit rows do not match their unknowns")
         cols = [unknowns.index(w) for w in open_unknowns]
         entries = []
         for r in rows_left:

@@ -214,9 +214,17 @@ def _rootfinder_slopes(f, rhs, tab: Tableau, h: float, t, x, p, plugin: str, tol
     t_s, x_s, p_s = _symbols(f, mx=True)
     k = ca.MX.sym("k", nx * tab.stages)
     K = ca.reshape(k, nx, tab.stages)
-    residual = ca.cse(k - ca.vec(_stage_slopes(rhs, tab, h, t_s, x_s, p_s, K)))
+    # Scale-aware: the residual is measured relative to the size of the state and its slope,
+    # so ``tol`` is a relative accuracy for large states and an absolute one near zero. The
+    # root (and, by the implicit function theorem, its derivatives) is unchanged by the scale.
+    scale = 1.0 + ca.fmax(ca.norm_inf(x_s), h * ca.norm_inf(ca.vec(_stage_slopes(rhs, tab, h, t_s, x_s, p_s, ca.MX.zeros(nx, tab.stages)))))
+    residual = ca.cse((k - ca.vec(_stage_slopes(rhs, tab, h, t_s, x_s, p_s, K))) / scale)
     g = ca.Function("stage_residual", [k, t_s, x_s, p_s], [residual])
-    opts = {"abstol": tol, "abstolStep": tol} if plugin == "newton" else {"abstol": tol}
+    # Sparse LU: CasADi's default Householder QR loses entries of ~1e-160 to underflow in its
+    # column norms and returns NaN derivatives (issue 12, defect 12).
+    opts = {"abstol": tol, "linear_solver": "csparse"}
+    if plugin == "newton":
+        opts["abstolStep"] = tol
     solve = ca.rootfinder("stage_solve", plugin, g, opts)
     k_root = solve(ca.vec(_predictor(rhs, tab, h, t, x, p)), t, x, p)
     return ca.reshape(k_root, nx, tab.stages)

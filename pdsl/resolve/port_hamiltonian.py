@@ -78,7 +78,7 @@ def resolve_ph(stmt: A.Stmt, ev: Evaluator, *, name: str | None = None, state: s
         })
     if isinstance(stmt, A.JunctionStmt):
         if stmt.kind not in JUNCTION_KINDS:
-            raise PdslError.at("UnknownJunction", f"unknown junction kind `{stmt.kind}`", stmt.kind_span,
+            raise PdslError.at("UnknownJunctionKind", f"unknown junction kind `{stmt.kind}`", stmt.kind_span,
                                "common_effort (0-junction) or common_flow (1-junction)")
         pairs = members if members is not None else [(m, ev) for m in stmt.members]
         members = tuple(_member(m, local) for m, local in pairs)

@@ -59,6 +59,7 @@ class SimulationResult:
     info: dict = field(default_factory=dict)
     shown: np.ndarray | None = None  # the state as a CSV shows it (velocities for Cartesian momenta)
     shown_names: tuple[str, ...] = ()
+    power: np.ndarray | None = None  # dE/dt along the flow (supplied − dissipated), with ``energy``
 
     def columns(self) -> tuple[list[str], np.ndarray]:
         """CSV columns: t, the shown state, algebraic variables, outputs."""
@@ -80,13 +81,14 @@ def parse_assignment(text: str, option: str) -> tuple[str, str]:
 
 
 def parse_float(text: str, option: str) -> float:
+    """A finite decimal number (the grammar of data cells: no ``_`` separators, no inf/nan)."""
+    from ..data.csvio import shown_value, strict_float
+
     try:
-        v = float(text)
-    except ValueError:
-        raise PdslError.at("BadOption", f"{option}: {text!r} is not a number") from None
-    if not math.isfinite(v):
-        raise PdslError.at("BadOption", f"{option}: {text!r} is not finite")
-    return v
+        return strict_float(text)
+    except ValueError as exc:
+        raise PdslError.at("BadOption", f"{option}: `{shown_value(text)}` is {exc}",
+                           hint="a decimal number such as 0.5, -3 or 1e-3") from None
 
 
 def time_grid(t_end: float, dt: float) -> np.ndarray:
@@ -122,23 +124,52 @@ def input_from_expression(num: NumericSystem, name: str, text: str) -> InputSign
     return InputSignal(name=name, fn=fn, description=text)
 
 
-def inputs_from_csv(path: str | Path, wanted: tuple[str, ...]) -> dict[str, InputSignal]:
-    """Columns of a CSV with a ``t`` column, interpolated linearly in time."""
-    from ..data.csvio import read_table
+def inputs_from_csv(path: str | Path, wanted: tuple[str, ...], *,
+                    cover: tuple[float, float] | None = None) -> dict[str, InputSignal]:
+    """Columns of a CSV with a ``t`` column, interpolated linearly in time.
+
+    Every column is ``t`` or one of ``wanted``; at least two rows with increasing ``t``; ``cover = (t0, t_end)``: the samples must span
+    that interval (no extrapolation). Problems are ``BadCsv`` errors at the cell.
+    """
+    from ..data.csvio import cell_span, read_table, shown_value
+    from ..diagnostics import Span
 
     table = read_table(path)
+    p = table.path
+    inputs = ", ".join(wanted) or "none"
+    for k, name in enumerate(table.columns):
+        if name != "t" and name not in wanted:
+            raise PdslError.at("BadCsv", f"column `{shown_value(name)}` is not an exogenous input of the model",
+                               cell_span(p, 1, k), f"input data has a `t` column and one column per input; inputs: {inputs}")
     if "t" not in table.columns:
-        raise PdslError.at("BadCsv", f"{path}: no `t` column", hint="the first column of a trajectory CSV is the time t")
+        raise PdslError.at("BadCsv", f"{p}: no `t` column", Span.point(p, 1, 1),
+                           hint="the first column of a trajectory CSV is the time t")
+    tc = table.columns.index("t")
+    if len(table.data) < 2:
+        raise PdslError.at("BadCsv", f"input data needs at least 2 rows to interpolate, {p} has {len(table.data)}",
+                           cell_span(p, 1 + len(table.data), tc),
+                           "give the input at two or more times covering the simulated interval (linear in between)")
     t = table.column("t")
-    if np.any(np.diff(t) <= 0):
-        row = int(np.argmax(np.diff(t) <= 0)) + 3
-        raise PdslError.at("BadCsv", f"{path}:{row}: time does not increase", hint="input data must be sorted by t")
+    steps = np.diff(t)
+    if np.any(steps <= 0):
+        row = int(np.argmax(steps <= 0)) + 3
+        raise PdslError.at("BadCsv", f"time does not increase: t = {float(t[row - 2])!r} after {float(t[row - 3])!r}",
+                           cell_span(p, row, tc), "input data must be sorted by t, each time once")
+    if cover is not None:
+        t0, t1 = cover
+        tol = 1e-9 * max(1.0, abs(t0), abs(t1))
+        if t[0] > t0 + tol:
+            raise PdslError.at("BadCsv", f"input data starts at t = {float(t[0])!r}, after the simulation start t = {t0:g}",
+                               cell_span(p, 2, tc), "inputs are not extrapolated: add a sample at or before the start")
+        if t[-1] < t1 - tol:
+            raise PdslError.at("BadCsv", f"input data ends at t = {float(t[-1])!r}, before the simulation end t = {t1:g}",
+                               cell_span(p, len(table.data) + 1, tc),
+                               "inputs are not extrapolated: add samples up to --t-end, or shorten --t-end")
     out = {}
     for name in wanted:
         if name not in table.columns:
             continue
         interp = ca.interpolant(f"u_{len(out)}", "linear", [t], table.column(name))
-        tt, x, p = ca.SX.sym("t"), ca.SX.sym("x", 0), ca.SX.sym("p", 0)
         out[name] = InputSignal(name=name, fn=_lift_interp(interp), description=f"column `{name}` of {path}")
     return out
 
@@ -486,6 +517,7 @@ def _result(num, grid, X, Z, p, inputs, info) -> SimulationResult:
     U = _eval_inputs(num, inputs, grid, X, p)
     Y = _eval_map(num.outputs, grid, X, Z, p, U, with_z=True) if num.y_names else np.zeros((len(grid), 0))
     E = _eval_map(num.energy, grid, X, Z, p, U, with_z=False)[:, 0] if num.energy is not None else None
+    P = _eval_map(num.power, grid, X, Z, p, U, with_z=True)[:, 0] if num.power is not None else None
     shown = _eval_shown(num, grid, X, p)
     C = None
     if num.system.constraints:
@@ -494,8 +526,23 @@ def _result(num, grid, X, Z, p, inputs, info) -> SimulationResult:
     info = {**info, "x0": dict(zip(num.x_names, x_init.tolist()))}
     return SimulationResult(
         t=grid, x=X, z=Z, x_names=num.x_names, z_names=num.z_names, y=Y, y_names=num.y_names,
-        energy=E, constraint_rms=C, info=info, shown=shown, shown_names=num.report_names,
+        energy=E, constraint_rms=C, info=info, shown=shown, shown_names=num.report_names, power=P,
     )
+
+
+def energy_balance(t: np.ndarray, energy: np.ndarray, power: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(∫₀ᵗ P ds, E(t) − E(0) − ∫₀ᵗ P ds) on the output grid, P = dE/dt along the flow.
+
+    P is the net power into the system (inputs and forces supply, dampers and resistors
+    dissipate); the residual is zero for the exact solution, so it measures the integration
+    error of driven and damped models the way the drift |E(t) − E(0)| does for conservative
+    ones. The integral is Simpson's rule on the output grid (O(dt⁴) for smooth P)."""
+    from scipy.integrate import cumulative_simpson, cumulative_trapezoid
+
+    if len(t) < 2:
+        return np.zeros_like(t), np.zeros_like(t)
+    integral = cumulative_simpson(power, x=t, initial=0.0) if len(t) >= 3 else cumulative_trapezoid(power, x=t, initial=0.0)
+    return integral, energy - energy[0] - integral
 
 
 def _eval_shown(num, grid, X, p):

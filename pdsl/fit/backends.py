@@ -1,0 +1,62 @@
+"""Which backend evaluates a fit's chunk losses: a torch-free choice.
+
+Kept apart from :mod:`pdsl.fit.torch_loss` so that ``import pdsl.fit`` (Gauss–Newton, IPOPT,
+``compile --params``) never imports torch; the torch loss is imported only when chosen.
+"""
+
+from __future__ import annotations
+
+from ..backend.functions import NumericSystem
+from ..diagnostics import PdslError
+from .loss import LossSpec
+from .params import ParamLayout
+
+__all__ = ["TORCH_INTEGRATORS", "BACKENDS", "torch_unsupported", "choose_backend", "make_loss"]
+
+TORCH_INTEGRATORS = ("rk4", "euler", "rk2")
+BACKENDS = ("auto", "casadi", "torch")
+
+
+def torch_unsupported(num: NumericSystem, spec: LossSpec) -> str | None:
+    """Why the torch backend cannot run this fit (None when it can)."""
+    if spec.method not in TORCH_INTEGRATORS:
+        return f"the torch backend integrates with {' or '.join(TORCH_INTEGRATORS)}, not {spec.method}"
+    if spec.project:
+        return "the torch backend does not project chunk starts onto the constraints (--project)"
+    if num.system.algebraics:
+        return f"{num.system.name} is a DAE"
+    if num.rhs is None:
+        return f"{num.system.name} has no explicit right-hand side"
+    return None
+
+
+def choose_backend(cfg, num: NumericSystem, layout: ParamLayout, spec: LossSpec) -> str:
+    """``cfg.backend``, with ``auto`` resolved: torch for models with networks trained by AdamW
+    (matrix–matrix products over the batch), CasADi otherwise (Gauss–Newton's Jacobians, implicit
+    integrators, projections, regularisers, DAE models)."""
+    want = getattr(cfg, "backend", "auto") or "auto"
+    if want not in BACKENDS:
+        raise PdslError.at("BadOption", f"--backend {want}: unknown", hint="one of: " + ", ".join(BACKENDS))
+    why = torch_unsupported(num, spec)
+    if getattr(cfg, "equilibrium", None) or getattr(cfg, "sparsity", None):
+        why = why or "regularisers (equilibrium, sparsity) are evaluated by the CasADi backend"
+    if cfg.method != "adamw":
+        why = why or f"{cfg.method} uses CasADi Jacobians"
+    if want == "torch":
+        if why:
+            raise PdslError.at("BadOption", f"--backend torch: {why}", hint="use --backend casadi (or auto)")
+        return "torch"
+    if want == "casadi" or why or not layout.networks:
+        return "casadi"
+    return "torch"
+
+
+def make_loss(num: NumericSystem, layout: ParamLayout, spec: LossSpec, observed: tuple[str, ...], cfg):
+    """The chunk loss of a fit on the backend :func:`choose_backend` picks."""
+    from .loss import ChunkLoss
+
+    if choose_backend(cfg, num, layout, spec) == "torch":
+        from .torch_loss import TorchChunkLoss  # torch only here
+
+        return TorchChunkLoss(num, layout, spec, observed)
+    return ChunkLoss(num, layout, spec, observed)
