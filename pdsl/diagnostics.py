@@ -101,16 +101,19 @@ class Collector:
     """Gathers diagnostics during a stage; ``raise_if_any`` ends the stage."""
 
     items: list[Diagnostic] = field(default_factory=list)
+    _seen: set = field(default_factory=set, repr=False, compare=False)  # dedup in O(1), not a list scan
+
+    def _add(self, d: Diagnostic) -> None:
+        if d not in self._seen:
+            self._seen.add(d)
+            self.items.append(d)
 
     def error(self, code: str, message: str, span: Span | None = None, hint: str | None = None) -> None:
-        d = Diagnostic(code, message, span, hint)
-        if d not in self.items:
-            self.items.append(d)
+        self._add(Diagnostic(code, message, span, hint))
 
     def extend(self, err: PdslError) -> None:
         for d in err.diagnostics:
-            if d not in self.items:
-                self.items.append(d)
+            self._add(d)
 
     def raise_if_any(self) -> None:
         if self.items:
@@ -120,11 +123,26 @@ class Collector:
         return bool(self.items)
 
 
-def _excerpt(span: Span) -> list[str]:
-    text = source_text(span.path)
+_EXCERPT_CHARS = 200  # at most this much of a source line is quoted
+_LINES: dict[tuple[str, int], list[str]] = {}  # (path, hash of its text) -> lines: one split per file, not per error
+
+
+def _source_lines(path: str) -> list[str] | None:
+    text = source_text(path)
     if text is None:
+        return None
+    key = (path, hash(text))
+    if key not in _LINES:
+        if len(_LINES) > 64:
+            _LINES.clear()
+        _LINES[key] = text.splitlines()
+    return _LINES[key]
+
+
+def _excerpt(span: Span) -> list[str]:
+    lines = _source_lines(span.path)
+    if lines is None:
         return []
-    lines = text.splitlines()
     if not 1 <= span.line <= len(lines):
         return []
     line = lines[span.line - 1].replace("\t", " ")
@@ -133,6 +151,12 @@ def _excerpt(span: Span) -> list[str]:
         width = span.end_col - span.col
     else:
         width = max(len(line) - start + 1, 1)
+    if len(line) > _EXCERPT_CHARS:  # a huge line (a data file's 100k-character cell): a window at the caret
+        lo = max(0, min(start - 1 - 20, len(line) - _EXCERPT_CHARS))
+        head = "…" if lo > 0 else ""
+        line = head + line[lo: lo + _EXCERPT_CHARS] + ("…" if lo + _EXCERPT_CHARS < len(line) else "")
+        start = start - lo + len(head)
+        width = max(1, min(width, _EXCERPT_CHARS - (start - 1 - len(head))))
     gutter = f"{span.line:>4} | "
     return [gutter + line, " " * (len(gutter) + start - 1) + "^" * width]
 

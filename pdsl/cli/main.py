@@ -11,6 +11,7 @@ import sys
 import traceback
 
 from ..diagnostics import Diagnostic, PdslError, render
+from ..options import finite_float, integer
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USER = 0, 1, 2
 
@@ -49,38 +50,38 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("simulate", help="integrate a model and write a CSV (and a plot)")
     _common(p)
-    p.add_argument("--t-end", type=float, required=True, help="final time")
-    p.add_argument("--dt", type=float, required=True, help="output sampling interval")
+    p.add_argument("--t-end", type=finite_float, required=True, help="final time")
+    p.add_argument("--dt", type=finite_float, required=True, help="output sampling interval")
     p.add_argument("--init", action="append", default=[], metavar="NAME=VALUE", help="initial value of a state")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="parameter value")
     p.add_argument("--input", action="append", default=[], metavar="NAME=EXPR", help='exogenous input, e.g. "F=sin(t)"')
     p.add_argument("--input-data", metavar="CSV", help="CSV with a t column and one column per exogenous input")
-    p.add_argument("--rtol", type=float, default=1e-8)
-    p.add_argument("--atol", type=float, default=None, help="absolute tolerance (default rtol/100)")
+    p.add_argument("--rtol", type=finite_float, default=1e-8)
+    p.add_argument("--atol", type=finite_float, default=None, help="absolute tolerance (default rtol/100)")
     p.add_argument("--integrator", default=None,
                    help="cvodes (Adams, default for ODEs), cvodes-bdf (stiff), idas (DAEs), or fixed-step rk4, euler, midpoint, gauss2")
-    p.add_argument("--substeps", type=int, default=1, help="fixed-step schemes: steps per output interval")
+    p.add_argument("--substeps", type=integer, default=1, help="fixed-step schemes: steps per output interval")
     p.add_argument("--stabilize", default="none",
                    help="constraint drift control: none | project (after every output step) | baumgarte "
                         "(Φ̈ + 2αΦ̇ + β²Φ = 0 in the constraint rows; Cartesian models)")
-    p.add_argument("--baumgarte-alpha", type=float, default=None, metavar="A",
+    p.add_argument("--baumgarte-alpha", type=finite_float, default=None, metavar="A",
                    help="Baumgarte damping α (default: 3 × the fastest rate of the motion at the start)")
-    p.add_argument("--baumgarte-beta", type=float, default=None, metavar="B",
+    p.add_argument("--baumgarte-beta", type=finite_float, default=None, metavar="B",
                    help="Baumgarte stiffness β (default: equal to α, critical damping)")
     p.add_argument("--no-project", action="store_true", help="do not project the initial state onto the constraints")
-    p.add_argument("--random-init", type=int, metavar="N",
+    p.add_argument("--random-init", type=integer, metavar="N",
                    help="simulate N random initial states, drawn by the sampling statements (--sample, --sample-file, "
                         "or FILE.sample beside the model), else perturbed by --random-scale; each projected onto the constraints")
     p.add_argument("--init-data", metavar="CSV",
                    help="simulate one trajectory per row of a CSV of initial states (columns: states or shown names "
                         "such as b.x, b.vx, der(q); missing ones take the model's start and --init); each projected")
-    p.add_argument("--random-scale", type=float, default=None,
+    p.add_argument("--random-scale", type=finite_float, default=None,
                    help="generic draws: standard deviation of the perturbation of every state (default 0.2)")
     p.add_argument("--sample", action="append", default=[], metavar="STATEMENT",
                    help='a sampling statement, e.g. "q = uniform(-pi/2, pi/2)" or "b.x = l*sin(q)" (docs/simulate.md)')
     p.add_argument("--sample-file", metavar="FILE", help="sampling statements, one per line")
-    p.add_argument("--seed", type=int, default=0, help="seed of --random-init")
-    p.add_argument("--threads", type=int, default=2, help="threads for --random-init")
+    p.add_argument("--seed", type=integer, default=0, help="seed of --random-init")
+    p.add_argument("--threads", type=integer, default=2, help="threads for --random-init")
     p.add_argument("--formulation", default="hamiltonian", help="hamiltonian|lagrangian (Cartesian mechanics)")
     p.add_argument("-o", "--output", required=True, metavar="OUT.csv")
     p.add_argument("--plot", metavar="OUT.png", help="plot every state against time")
@@ -102,14 +103,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _consts(items: list[str]) -> dict[str, int]:
-    from ..sim.simulate import parse_assignment
+    from ..options import parse_assignment
 
     out = {}
     for item in items:
         name, value = parse_assignment(item, "--const")
         try:
-            out[name] = int(value)
-        except ValueError:
+            out[name] = integer(value)
+        except argparse.ArgumentTypeError:
             raise PdslError.at("BadOption", f"--const {name}={value}: a const is an integer") from None
     return out
 
@@ -409,23 +410,23 @@ def _initial_states_from_csv(path, num, init, p):
     """``(raw, projected)``: rows of a CSV as initial states, each overriding the start (and --init) where it has a column."""
     import numpy as np
 
-    from ..data.csvio import read_table
+    from ..data.csvio import cell_span, read_table, shown_value
     from ..diagnostics import Span
     from ..sim.initial import Projector, initial_state
 
     table = read_table(path)
     known = set(num.x_names) | set(num.report_names)
-    col = 1
-    for name in table.columns:
+    for k, name in enumerate(table.columns):
         if name not in known:
             names = list(dict.fromkeys([*num.x_names, *num.report_names]))
-            raise PdslError.at("BadCsv", f"column `{name}` is not a state of {num.system.name}",
-                               Span.point(str(path), 1, col, len(name)), "states: " + ", ".join(names))
-        col += len(name) + 1
+            raise PdslError.at("BadCsv", f"column `{shown_value(name)}` is not a state of {num.system.name}",
+                               cell_span(table.path, 1, k), "states: " + ", ".join(names))
     if len(table.data) == 0:
-        raise PdslError.at("BadCsv", f"{path} has a header but no rows", hint="one initial state per row")
+        raise PdslError.at("BadCsv", f"{path} has a header but no rows", Span.point(table.path, 1, 1),
+                           hint="one initial state per row")
     if len(table.data) > 100_000:
-        raise PdslError.at("BadCsv", f"{path} has {len(table.data)} rows; at most 100000 initial states")
+        raise PdslError.at("BadCsv", f"{path} has {len(table.data)} rows; at most 100000 initial states",
+                           Span.point(table.path, 100_002, 1))
     raw = np.array([initial_state(num, {**init, **dict(zip(table.columns, map(float, row)))}, p) for row in table.data])
     if num.invariants.size1_out(0) == 0:
         return raw, raw

@@ -23,7 +23,7 @@ import sympy as sp
 from .. import __version__
 from .. import symbols as S
 from ..backend.functions import NumericSystem
-from ..diagnostics import PdslError
+from ..diagnostics import InternalError, PdslError
 from ..resolve.model import network_derivative
 
 __all__ = ["TARGETS", "compile_to", "manifest"]
@@ -365,7 +365,7 @@ class _NetworkCalls:
 
     def _pass(self, name: str, args):
         if name not in self.index:
-            raise PdslError.at("InternalUnsupported", "a neural component without weights reached the python target")
+            raise InternalError("a neural component without weights reached the python target")
         key = (name, tuple(args))
         if key not in self.passes:
             n = len(self.passes)
@@ -399,7 +399,20 @@ class _NetworkCalls:
         return e.func(*[self._walk(a) for a in e.args])
 
 
+# modules the generated code (or numpy, when it is imported from the output folder) may import
+_TAKEN_MODULES = frozenset({"numpy", "casadi", "sympy", "scipy", "torch", "pdsl"})
+
+
 def _module_name(name: str) -> str:
+    """The model name in snake case, made importable and harmless: a name that would shadow a
+    standard-library module, numpy, casadi, ... (``numpy.py`` next to the script breaks
+    ``import numpy``) or that is a Python keyword gets the suffix ``_model``."""
+    import keyword
+    import sys as _sys
+
     snake = re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
     snake = re.sub(r"[^a-z0-9_]", "_", snake)
-    return snake if snake and not snake[0].isdigit() else f"model_{snake}"
+    snake = snake if snake and not snake[0].isdigit() else f"model_{snake}"
+    if snake in _TAKEN_MODULES or snake in _sys.stdlib_module_names or keyword.iskeyword(snake):
+        snake = f"{snake}_model"
+    return snake

@@ -8,6 +8,7 @@ or the new checkpoint — never a torn one (:func:`pdsl.data.csvio.atomic_path`)
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import numpy as np
 from ..data.csvio import atomic_path
 from ..diagnostics import PdslError
 
-__all__ = ["State", "save_checkpoint", "load_checkpoint", "remove_stale_temporaries"]
+__all__ = ["State", "save_checkpoint", "load_checkpoint", "remove_stale_temporaries", "writing"]
 
 NAME = "checkpoint.npz"
 
@@ -30,6 +31,16 @@ class State:
     history: dict = field(default_factory=lambda: {"train": [], "val": [], "lr": [], "seconds": []})
     arrays: dict = field(default_factory=dict)  # optimiser state
     extra: dict = field(default_factory=dict)  # damping, convergence flag, ...
+
+
+@contextmanager
+def writing(path: str | Path):
+    """Turn an ``OSError`` (disk full, no permission, ...) while writing ``path`` into ``CannotWrite``."""
+    try:
+        yield
+    except OSError as exc:
+        raise PdslError.at("CannotWrite", f"cannot write {path}: {exc.strerror or exc}",
+                           hint="check the free disk space and the permissions of the output directory") from None
 
 
 def save_checkpoint(path: str | Path, state: State, fingerprint: dict) -> None:

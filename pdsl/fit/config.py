@@ -11,6 +11,7 @@ errors located at their line.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from ..diagnostics import PdslError, Span, register_source
 
-__all__ = ["FitConfig", "load_toml", "fingerprint", "resolve_defaults"]
+__all__ = ["FitConfig", "load_toml", "fingerprint", "resolve_defaults", "check_options"]
 
 
 @dataclass
@@ -127,8 +128,34 @@ def _check_type(path: str, text: str, key: str, value):
     return value
 
 
+def check_options(cfg: FitConfig) -> None:
+    """Names and ranges of the settings that do not depend on the model (checked before it is compiled)."""
+    if cfg.method not in ("auto", "gauss-newton", "ipopt", "adamw"):
+        raise PdslError.at("BadOption", f"--method {cfg.method}: unknown", hint="auto, gauss-newton, ipopt or adamw")
+    for name in ("epochs", "batch", "chunk", "stride", "substeps", "threads"):
+        value = getattr(cfg, name)
+        if value is not None and value < 1:
+            raise PdslError.at("BadOption", f"{name} must be a positive integer, got {value}")
+    if cfg.project < 0:
+        raise PdslError.at("BadOption", f"project must be a non-negative integer, got {cfg.project}")
+    for name in ("lr", "lr_min", "weight_decay", "tol", "val_fraction"):
+        value = getattr(cfg, name)
+        if not math.isfinite(value):
+            raise PdslError.at("BadOption", f"{name.replace('_', '-')} must be a finite number, got {value}")
+    if not (cfg.lr > 0 and cfg.lr_min >= 0 and cfg.weight_decay >= 0 and cfg.tol >= 0):
+        raise PdslError.at("BadOption", "lr must be positive; lr_min, weight_decay and tol non-negative")
+    if not 0 <= cfg.val_fraction < 1:
+        raise PdslError.at("BadOption", f"validation fraction must be in [0, 1), got {cfg.val_fraction}")
+    for name, value in cfg.param.items():
+        if not math.isfinite(value):
+            raise PdslError.at("BadOption", f"--param {name}: {value} is not finite")
+    if cfg.data is None:
+        raise PdslError.at("BadOption", "no data: give --data CSV (or `data = ...` in the --config file)")
+
+
 def resolve_defaults(cfg: FitConfig, has_networks: bool) -> FitConfig:
     """Fill the method-dependent defaults and check ranges."""
+    check_options(cfg)
     if cfg.method not in ("auto", "gauss-newton", "ipopt", "adamw"):
         raise PdslError.at("BadOption", f"--method {cfg.method}: unknown", hint="auto, gauss-newton, ipopt or adamw")
     if cfg.shooting not in ("single", "multiple"):

@@ -17,15 +17,14 @@ non-numbers are caught by :func:`pdsl.data.csvio.read_table` (``BadCsv``).
 
 from __future__ import annotations
 
-import csv
 import difflib
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..backend.functions import NumericSystem
-from ..data.csvio import Table, read_table
-from ..diagnostics import PdslError, Span, source_text
+from ..data.csvio import Table, cell_span, read_table, shown_value
+from ..diagnostics import PdslError, Span
 
 __all__ = ["Trajectory", "Dataset", "Chunks", "load_dataset", "split_validation", "make_chunks"]
 
@@ -83,15 +82,7 @@ class Chunks:
 # ---------------------------------------------------------------- locating cells
 def _cell_span(path: str, line: int, column: int) -> Span:
     """The span of cell ``column`` (0-based) on file line ``line`` (1-based)."""
-    text = source_text(path)
-    lines = text.splitlines() if text else []
-    if not 1 <= line <= len(lines):
-        return Span.point(path, line, 1)
-    cells = next(csv.reader([lines[line - 1]]), [])
-    if column >= len(cells):
-        return Span.point(path, line, 1, max(len(lines[line - 1]), 1))
-    col = 1 + sum(len(c) + 1 for c in cells[:column])
-    return Span.point(path, line, col, max(len(cells[column]), 1))
+    return cell_span(path, line, column)
 
 
 def _error(path: str, line: int, column: int | None, message: str, hint: str | None = None) -> PdslError:
@@ -134,7 +125,7 @@ def _check_columns(table: Table, num: NumericSystem, observe) -> dict:
             close = difflib.get_close_matches(name, unused, n=1)
             hint = f"did you mean `{close[0]}`?" if close else "columns: t, traj, " + ", ".join(
                 [*num.report_names, *num.y_names, *num.u_names])
-            raise _error(table.path, 1, k, f"unknown column `{name}`: not a state, output or input of {num.system.name}", hint)
+            raise _error(table.path, 1, k, f"unknown column `{shown_value(name)}`: not a state, output or input of {num.system.name}", hint)
     if "t" not in table.columns:
         raise _error(table.path, 1, None, "no `t` column", "a trajectory CSV starts with the time: t,b1.x,...")
     for role, names, hint in (
@@ -168,7 +159,7 @@ def _split_trajectories(table: Table) -> list[tuple[int, np.ndarray]]:
     traj = table.data[:, c]
     bad = np.nonzero(traj != np.round(traj))[0]
     if bad.size:
-        raise _error(table.path, int(bad[0]) + 2, c, f"traj {traj[bad[0]]!r} is not an integer", "traj numbers the trajectories 0, 1, ...")
+        raise _error(table.path, int(bad[0]) + 2, c, f"traj {float(traj[bad[0]])!r} is not an integer", "traj numbers the trajectories 0, 1, ...")
     starts = np.concatenate([[0], np.nonzero(np.diff(traj))[0] + 1])
     seen = set()
     groups = []
@@ -188,7 +179,7 @@ def _check_time(table: Table, t: np.ndarray, first_line: int) -> None:
     if bad.size:
         k = int(bad[0]) + 1
         raise _error(table.path, first_line + k, table.columns.index("t"),
-                     f"time does not increase within a trajectory: t = {t[k]!r} after {t[k - 1]!r}",
+                     f"time does not increase within a trajectory: t = {float(t[k])!r} after {float(t[k - 1])!r}",
                      "sort the samples by t; start a new trajectory with a new traj number")
 
 

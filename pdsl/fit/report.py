@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from . import outputs as out
+from .checkpoint import writing
 
 __all__ = ["write_report"]
 
@@ -28,13 +29,14 @@ def _parameter_rows(run, summary) -> list[str]:
     return rows
 
 
-def _validation_plot(run, theta, out_dir: Path) -> str:
+def _validation_plot(run, theta, out_dir: Path, final_dir: Path) -> str:
     trajs = run.val.trajectories or run.train.trajectories
     which = "validation" if run.val.trajectories else "training (no validation data)"
     traj = trajs[0]
     predicted = run.loss.predict(run.layout.p_from_theta(theta), traj)
     title = f"{run.model.name}: {which} trajectory {traj.label}, rollout from its first sample"
-    out.plot_validation(out_dir / "validation.png", traj.t, traj.Y, predicted, run.data.observed, title)
+    with writing(final_dir / "validation.png"):
+        out.plot_validation(out_dir / "validation.png", traj.t, traj.Y, predicted, run.data.observed, title)
     return f"{which} trajectory {traj.label} ({len(traj) - 1} steps, t = {traj.t[0]:g} … {traj.t[-1]:g})"
 
 
@@ -59,11 +61,16 @@ def _regularizer_rows(run, result) -> list[str]:
     return rows + ["", "Per-epoch values are in `checkpoint.npz` (header: `extra.regularizer`).", ""]
 
 
-def write_report(run, result, summary, out_dir: Path) -> None:
+def write_report(run, result, summary, out_dir: Path, final_dir: Path | None = None) -> None:
+    """history.csv, loss.png, validation.png and report.md into ``out_dir`` (a staging directory whose
+    files are moved to ``final_dir`` afterwards: errors name the files there)."""
+    final_dir = out_dir if final_dir is None else final_dir
     h = summary["history"]
-    out.write_history(out_dir / "history.csv", h)
-    out.plot_losses(out_dir / "loss.png", h, run.cfg.loss)
-    shown = _validation_plot(run, result.state.theta, out_dir)
+    with writing(final_dir / "history.csv"):
+        out.write_history(out_dir / "history.csv", h)
+    with writing(final_dir / "loss.png"):
+        out.plot_losses(out_dir / "loss.png", h, run.cfg.loss)
+    shown = _validation_plot(run, result.state.theta, out_dir, final_dir)
     c = run.cfg
     secs = np.asarray(h["seconds"], dtype=float)
     lines = [
@@ -93,4 +100,5 @@ def write_report(run, result, summary, out_dir: Path) -> None:
         lines += ["", "Weights: `networks.npz` (flat vectors and torch `Sequential` state-dict arrays).", ""]
     lines += ["## Loss curves", "", "![loss curves](loss.png)", "", "## Predicted vs measured", "",
               f"Rollout of the fitted model over the whole {shown}.", "", "![validation rollout](validation.png)", ""]
-    out.write_text(out_dir / "report.md", "\n".join(lines) + "\n")
+    with writing(final_dir / "report.md"):
+        out.write_text(out_dir / "report.md", "\n".join(lines) + "\n")

@@ -26,7 +26,7 @@ from . import regularize
 from .config import FitConfig, fingerprint, resolve_defaults
 from .data import Dataset, make_chunks, split_validation, load_dataset
 from .loss import ChunkLoss, LossSpec
-from .torch_loss import make_loss
+from .backends import make_loss
 from .params import ParamLayout, make_layout
 from .ipopt import ipopt, make_segments, multiple_shooting
 from .train import Result, TrainOptions, adamw, gauss_newton
@@ -58,6 +58,12 @@ def _start_values(num: NumericSystem, values: Mapping[str, float]) -> np.ndarray
         if name not in phys:
             raise PdslError.at("BadOption", f"--param {name}: `{name}` is not a parameter of {num.system.name}",
                                hint="parameters: " + (", ".join(phys) or "none"))
+        q = num.system.params[phys.index(name)]
+        v = float(values[name])
+        if (q.lower is not None and v < q.lower) or (q.upper is not None and v > q.upper):
+            lo, hi = ("−∞" if q.lower is None else f"{q.lower:g}"), ("∞" if q.upper is None else f"{q.upper:g}")
+            raise PdslError.at("BadOption", f"--param {name}: {v:g} is outside the declared bounds [{lo}, {hi}]",
+                               hint=f"`{name}` is declared at {q.span}")
     return num.param_vector(dict(values))
 
 
@@ -107,26 +113,165 @@ def _initial_state(run: FitRun, out_dir: Path, resume: bool) -> ck.State:
     return state
 
 
+def _check_inputs(cfg: FitConfig, out_dir: Path, resume: bool) -> None:
+    """What can be checked without the model, checked before it is parsed and compiled (which can
+    take long): the settings, the data and --init files, the output directory, the checkpoint."""
+    import os
+
+    from ..diagnostics import Span
+    from .config import check_options
+
+    check_options(cfg)
+    for what, name in (("data", cfg.data), ("--init", cfg.init)):
+        if name is None:
+            continue
+        p = Path(name)
+        at = Span.point(str(p), 1, 1)
+        if not p.exists():
+            raise PdslError.at("FileNotFound", f"no such file: {p}", at, hint=f"check the {what} path")
+        if not p.is_file():
+            raise PdslError.at("FileUnreadable", f"{p} is not a file", at, hint=f"{what} names a file")
+        try:
+            with open(p, "rb") as fh:
+                fh.read(1)
+        except OSError as exc:
+            raise PdslError.at("FileUnreadable", f"cannot read {p}: {exc.strerror or exc}", at) from None
+    if out_dir.exists() and not out_dir.is_dir():
+        raise PdslError.at("CannotWrite", f"cannot write {out_dir}: it exists and is not a directory",
+                           hint="-o names a directory")
+    probe = out_dir
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise PdslError.at("CannotWrite", f"cannot create {out_dir}: {probe} is not a directory", hint="-o names a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise PdslError.at("CannotWrite", f"cannot write {out_dir}: {probe} is not writable")
+    if resume and not (out_dir / ck.NAME).is_file():
+        raise PdslError.at("NoCheckpoint", f"no checkpoint to resume from: {out_dir / ck.NAME}",
+                           hint="run without --resume first")
+
+
+def _first_bad_chunk(loss, theta: np.ndarray, chunks) -> int:
+    """Index of a chunk whose loss is not finite (bisection over the chunks; the whole set is bad)."""
+    idx = np.arange(len(chunks))
+    while len(idx) > 1:
+        half = idx[: len(idx) // 2]
+        idx = half if not np.isfinite(loss.value(theta, chunks.take(half))) else idx[len(idx) // 2 :]
+    return int(idx[0])
+
+
+_HUGE = 1e150  # data beyond this magnitude cannot be fitted in double precision: its squares overflow
+
+
+def _row_span(path: str, line: int, column: str | None = None):
+    """The cell of ``column`` on file line ``line`` (the whole line when the column is not found)."""
+    import csv
+
+    from ..diagnostics import Span, source_text
+
+    lines = (source_text(path) or "").splitlines()
+    if not 0 < line <= len(lines):
+        return Span.point(path, max(line, 1), 1)
+    header = next(csv.reader([lines[0]]), [])
+    cells = next(csv.reader([lines[line - 1]]), [])
+    if column in header and header.index(column) < len(cells):
+        k = header.index(column)
+        return Span.point(path, line, 1 + sum(len(c) + 1 for c in cells[:k]), max(len(cells[k]), 1))
+    return Span.point(path, line, 1, max(len(lines[line - 1]), 1))
+
+
+def _check_magnitudes(data: Dataset) -> None:
+    """No data value so large that the loss overflows (|v| > 1e150: v² is beyond the largest double)."""
+    for tr in data.trajectories:
+        for block, names in ((tr.S, data.shown), (tr.Y, data.observed), (tr.U, data.inputs)):
+            if block.size == 0:
+                continue
+            big = np.argwhere(np.abs(block) > _HUGE)
+            if big.size:
+                r, c = (int(v) for v in big[0])
+                raise PdslError.at(
+                    "BadTrajectoryData",
+                    f"{names[c]} = {block[r, c]:.6g} is too large to fit: the squared errors overflow (|value| > {_HUGE:g})",
+                    _row_span(data.path, tr.first_line + r, names[c]),
+                    "rescale the data (e.g. SI units), or drop this sample",
+                )
+
+
+def _check_start_loss(run: FitRun, theta: np.ndarray, chunks) -> None:
+    """The loss at the start values must be finite: an overflow (values like 1e308 in the data) or a
+    rollout blowing up is reported at the data row it comes from, before any epoch."""
+    loss = getattr(run.loss, "base", run.loss)  # the data term, without regularisers
+    with np.errstate(all="ignore"):
+        if np.isfinite(loss.value(theta, chunks)):
+            return
+        k = _first_bad_chunk(loss, theta, chunks)
+    j, s = (int(v) for v in chunks.origin[k])
+    tr = run.train.trajectories[j]
+    rows = slice(s, s + chunks.steps + 1)
+    block = np.abs(np.concatenate([tr.S[rows], tr.Y[rows]], axis=1))
+    names = [*run.data.shown, *run.data.observed]
+    r, c = np.unravel_index(int(np.argmax(np.where(np.isfinite(block), block, np.inf))), block.shape)
+    line = tr.first_line + s + int(r)
+    biggest = float(block[r, c])
+    why = (f"the largest value there is {names[c]} = {biggest:.3g}, whose square overflows" if biggest > 1e150
+           else "the model's rollout from this sample blows up")
+    raise PdslError.at(
+        "BadTrajectoryData",
+        f"the loss is not finite on the chunk of trajectory {tr.label} starting at line {tr.first_line + s}: {why}",
+        _row_span(run.data.path, line, names[c]),
+        "rescale the data (SI units, values well below 1e150), drop this trajectory, or start from other parameter values",
+    )
+
+
+def _checked_save(run: FitRun, path: Path, fp: dict) -> Callable:
+    """The per-epoch checkpoint writer: refuses a non-finite loss (the previous checkpoint stays)."""
+    from ..diagnostics import Span
+
+    def save(s: ck.State) -> None:
+        h = s.history
+        if h["train"] and not np.isfinite(h["train"][-1]):
+            raise PdslError.at("NonFiniteLoss", f"the training loss became {h['train'][-1]} in epoch {s.epoch}",
+                               Span.point(run.data.path, 1, 1) if run.data.path else None,
+                               "the optimiser diverged: lower --lr, use shorter --chunk, or rescale the data; "
+                               f"{path} holds the last finite epoch")
+        with ck.writing(path):
+            ck.save_checkpoint(path, s, fp)
+
+    return save
+
+
+_STAGE = ".pdsl-outputs."  # prefix of the staging directory of the output set
+
+
 def run_fit(model_path: str, model_name: str | None, cfg: FitConfig, out_dir: str | Path, *, resume: bool = False,
             consts: Mapping[str, int] | None = None, stop_after: int | None = None, progress: bool = True,
             log: Callable[[str], None] = print) -> dict:
     """Fit, checkpointing every epoch into ``out_dir``; returns a summary (``params``, ``finished``...)."""
+    import shutil
+
     out_dir = Path(out_dir)
+    _check_inputs(cfg, out_dir, resume)
     run = prepare(model_path, model_name, cfg, consts)
     state = _initial_state(run, out_dir, resume)
     ck.remove_stale_temporaries(out_dir, (ck.NAME, *OUTPUT_FILES, f"{Path(model_path).stem}.fitted.phm"))
+    if out_dir.is_dir():
+        for stale in out_dir.glob(_STAGE + "*"):  # a staging directory a killed run left behind
+            shutil.rmtree(stale, ignore_errors=True)
     fp = fingerprint(run.cfg, run.model_path, run.model.name)
     train_chunks = make_chunks(run.train, run.cfg.chunk, run.cfg.stride)
     val_chunks = make_chunks(run.val, run.cfg.chunk, run.cfg.chunk)
     if len(train_chunks) == 0:
         raise PdslError.at("BadTrajectoryData", f"{run.data.path}: no training chunks", hint="give more or longer trajectories")
+    _check_magnitudes(run.data)
+    _check_start_loss(run, np.asarray(state.theta, dtype=float), train_chunks)
     c = run.cfg
     opts = TrainOptions(epochs=c.epochs, batch=c.batch, lr=c.lr, lr_min=c.lr_min, weight_decay=c.weight_decay,
                         seed=c.seed, tol=c.tol, stop_after=stop_after, progress=progress)
     segments = make_segments(run.train, c.chunk) if c.shooting == "multiple" else None
     log(_banner(run, len(train_chunks), len(val_chunks), state.epoch, segments))
     t0 = time.perf_counter()
-    on_epoch = regularize.epoch_callback(run.loss, state, train_chunks, lambda s: ck.save_checkpoint(out_dir / ck.NAME, s, fp))
+    save = _checked_save(run, out_dir / ck.NAME, fp)
+    on_epoch = regularize.epoch_callback(run.loss, state, train_chunks, save)
     if segments is not None:
         result = multiple_shooting(run.loss, segments, val_chunks, state, opts, on_epoch, hessian=c.hessian, log=log)
     elif c.method == "ipopt":
@@ -134,7 +279,7 @@ def run_fit(model_path: str, model_name: str | None, cfg: FitConfig, out_dir: st
     else:
         optimise = gauss_newton if c.method == "gauss-newton" else adamw
         result = optimise(run.loss, train_chunks, val_chunks, state, opts, on_epoch=on_epoch)
-    ck.save_checkpoint(out_dir / ck.NAME, result.state, fp)
+    save(result.state)
     elapsed = time.perf_counter() - t0
     summary = _summary(run, result, elapsed)
     if result.finished:
@@ -180,22 +325,65 @@ def _summary(run: FitRun, result: Result, elapsed: float) -> dict:
 
 
 def _write_outputs(run: FitRun, result: Result, summary: dict, out_dir: Path) -> None:
+    """The output set, all or nothing: written into a staging directory inside ``out_dir``, then
+    moved into place file by file (renames within one directory), ``params.json`` last. A failed
+    write (disk full, ...) is a ``CannotWrite`` naming the file and leaves the previous set as it was."""
+    import json
+    import os
+    import shutil
+    import tempfile
+
     from .report import write_report
 
     lay, p = run.layout, summary["p"]
+    bad = [n for n, v in summary["params"].items() if not np.isfinite(v)]
+    if bad or not np.all(np.isfinite(p)):
+        raise PdslError.at("NonFiniteLoss", "the fitted values are not finite (" + (", ".join(bad) or "network weights") + ")",
+                           hint="the optimiser diverged: lower --lr, use shorter --chunk, or rescale the data")
     stem = Path(run.model_path).stem
-    files = {"params": out_dir / "params.json", "model": out_dir / f"{stem}.fitted.phm"}
+    names = {"params": "params.json", "model": f"{stem}.fitted.phm"}
     if lay.networks:
-        files["networks"] = out_dir / "networks.npz"
-        out.write_networks(files["networks"], out.network_arrays(run.num, lay, p))
-    text = Path(run.model_path).read_text(encoding="utf-8")
-    values = {n: summary["params"][n] for n in lay.free_names}
-    out.write_text(files["model"], out.fitted_model_text(text, run.model_path, run.model.name, values))
-    out.write_json(files["params"], _params_json(run, summary, files))
-    write_report(run, result, summary, out_dir)
+        names["networks"] = "networks.npz"
+    with ck.writing(out_dir):
+        out_dir.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(prefix=_STAGE, dir=out_dir))
+    try:
+        if lay.networks:
+            with ck.writing(out_dir / names["networks"]):
+                out.write_networks(stage / names["networks"], out.network_arrays(run.num, lay, p))
+        text = Path(run.model_path).read_text(encoding="utf-8")
+        values = {n: summary["params"][n] for n in lay.free_names}
+        with ck.writing(out_dir / names["model"]):
+            out.write_text(stage / names["model"], out.fitted_model_text(text, run.model_path, run.model.name, values))
+        write_report(run, result, summary, stage, out_dir)
+        doc = json.dumps(_params_json(run, summary, names), indent=2, allow_nan=False) + "\n"
+        with ck.writing(out_dir / names["params"]):
+            out.write_text(stage / names["params"], doc)
+        files = sorted(stage.iterdir(), key=lambda f: f.name == names["params"])  # params.json last
+        for f in files:
+            with ck.writing(out_dir / f.name):
+                os.replace(f, out_dir / f.name)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
 
 
-def _params_json(run: FitRun, summary: dict, files: dict) -> dict:
+def _finite_or_none(v):
+    return None if v is None or not np.isfinite(v) else float(v)
+
+
+def _strict(obj):
+    """``obj`` with every float that is not finite replaced by None (params.json is strict JSON)."""
+    if isinstance(obj, float):
+        return _finite_or_none(obj)
+    if isinstance(obj, dict):
+        return {k: _strict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_strict(v) for v in obj]
+    return obj
+
+
+def _params_json(run: FitRun, summary: dict, names: dict) -> dict:
+    """The content of params.json: strict JSON (optional numbers that are not finite become null)."""
     specs = {q.name: q for q in run.model.params}
     params = {}
     for i, name in enumerate(run.num.p_names[: run.layout.n_phys]):
@@ -203,56 +391,25 @@ def _params_json(run: FitRun, summary: dict, files: dict) -> dict:
         params[name] = {
             "value": summary["params"][name], "free": name in run.layout.free_names, "start": float(run.p_start[i]),
             "lower": None if q is None else q.lower, "upper": None if q is None else q.upper,
-            "stderr": summary["stderr"].get(name),
+            "stderr": _finite_or_none(summary["stderr"].get(name)),
         }
     return {
         "model": run.model.name, "file": str(Path(run.model_path).resolve()),
         "values": summary["params"], "params": params,
-        "networks": files["networks"].name if "networks" in files else None,
-        "fitted_model": files["model"].name,
+        "networks": names.get("networks"),
+        "fitted_model": names["model"],
         "epochs": summary["epochs"], "converged": summary["converged"],
-        "solver_status": summary["solver_status"], "continuity": summary["continuity"],
-        "train_loss": summary["train_loss"], "val_loss": summary["val_loss"],
-        "settings": {k: v for k, v in vars(run.cfg).items()},
+        "solver_status": summary["solver_status"], "continuity": _finite_or_none(summary["continuity"]),
+        "train_loss": _finite_or_none(summary["train_loss"]), "val_loss": _finite_or_none(summary["val_loss"]),
+        "settings": _strict(dict(vars(run.cfg))),
     }
 
 
 def apply_fitted(num: NumericSystem, params_path: str | Path) -> NumericSystem:
-    """``num`` with the values of a ``params.json`` (and its ``networks.npz``) as defaults."""
-    import json
+    """``num`` with the values of a ``params.json`` (and its ``networks.npz``) as defaults.
 
-    path = Path(params_path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        values = data["values"]
-    except FileNotFoundError:
-        raise PdslError.at("FileNotFound", f"no such file: {path}") from None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise PdslError.at("BadParams", f"{path} is not a params.json written by `pdsl fit`: {exc}") from None
-    p = num.p_default.copy()
-    for name, value in values.items():
-        if name not in num.p_names[: len(num.system.params)]:
-            raise PdslError.at("BadParams", f"{path}: `{name}` is not a parameter of {num.system.name}")
-        p[num.p_names.index(name)] = float(value)
-    if data.get("networks"):
-        p = _load_networks(num, p, path.parent / data["networks"])
-    return replace(num, p_default=p)
+    The one reader of ``params.json`` (``fit --init``, ``evaluate --params``, ``compile --params``):
+    :func:`pdsl.fit.params.read_params_file` checks it and locates every problem."""
+    from .params import apply_params_file
 
-
-def _load_networks(num: NumericSystem, p: np.ndarray, path: Path) -> np.ndarray:
-    from ..backend.neural import n_weights
-
-    try:
-        z = np.load(path, allow_pickle=False)
-    except OSError as exc:
-        raise PdslError.at("BadParams", f"cannot read network weights {path}: {exc}") from None
-    offset = len(num.system.params)
-    for nn in num.system.neural:
-        if nn.n_in is None:
-            continue
-        size = n_weights(nn)
-        if nn.name not in z.files or z[nn.name].size != size:
-            raise PdslError.at("BadParams", f"{path}: no weights of size {size} for network `{nn.name}`")
-        p[offset : offset + size] = z[nn.name]
-        offset += size
-    return p
+    return apply_params_file(num, params_path)

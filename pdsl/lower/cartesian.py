@@ -52,12 +52,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import combinations
 
-import casadi as ca
 import numpy as np
 import sympy as sp
 
 from .. import symbols as S
-from ..backend.sympy_to_casadi import Converter
 from ..diagnostics import Collector, PdslError, Span
 from ..resolve.model import Body, Connector, Model, Param, PointRef
 from .common import FORMULATIONS, check_finite, check_no_unsupported, make_state, partial_derivatives, resolve_input_laws
@@ -306,6 +304,9 @@ def _hinge_axis(c: Connector) -> sp.Matrix:
                            "are independent)", c.span, "write the axis with numbers, e.g. axis = [0, 0, 1]")
     if all(e == 0 for e in u):
         raise PdslError.at("BadHinge", "the hinge axis is the zero vector", c.span, "give the rotation axis, e.g. axis = [0, 0, 1]")
+    scale = max(abs(e) for e in u)
+    if not sp.Float(1e-8) <= scale <= sp.Float(1e8):  # only its direction matters: keep the rows' numbers moderate
+        u = u / scale
     return u
 
 
@@ -480,20 +481,68 @@ def _generic_configuration(layout: _Layout, phi_fn, jac_fn) -> np.ndarray:
     """A deterministic generic point (seed 0), pulled onto Φ = 0 by Gauss–Newton when possible.
 
     Bodies have no start values, so the check runs at this point rather than at
-    the initial state; if the projection does not converge, the generic
-    (off-manifold) point is used, which still detects structural redundancy.
+    the initial state; if the projection does not converge (or meets numbers that are
+    not finite), the generic (off-manifold) point is used, which still detects
+    structural redundancy.
     """
-    x = np.random.default_rng(0).normal(size=len(layout.coords))
-    for _ in range(50):
-        r = phi_fn(x)
-        if np.max(np.abs(r)) < 1e-12:
-            break
-        x = x - np.linalg.lstsq(jac_fn(x), r, rcond=None)[0]
-    return x if np.all(np.isfinite(x)) else np.random.default_rng(0).normal(size=len(layout.coords))
+    start = np.random.default_rng(0).normal(size=len(layout.coords))
+    x = start
+    with np.errstate(all="ignore"):
+        for _ in range(50):
+            r = phi_fn(x)
+            if not np.all(np.isfinite(r)):
+                break
+            if np.max(np.abs(r)) < 1e-12:
+                break
+            J = jac_fn(x)
+            if not np.all(np.isfinite(J)):
+                break
+            try:
+                x = x - np.linalg.lstsq(J, r, rcond=None)[0]
+            except np.linalg.LinAlgError:
+                break
+            if not np.all(np.isfinite(x)):
+                break
+    return x if np.all(np.isfinite(x)) and np.all(np.isfinite(phi_fn(x))) else start
+
+
+def _numeric(exprs: list, coords) -> "callable":
+    """x -> float array of ``exprs`` (sympy, numbers and coordinates only), through numpy.
+
+    ``sympy.lambdify`` prints the expressions as numpy code; no numeric backend is imported
+    by the lowering. Symbols whose names are not identifiers (``b[1].x``) are replaced by
+    dummies by lambdify itself.
+    """
+    if not exprs:
+        return lambda x: np.zeros(0)
+    f = sp.lambdify(list(coords), exprs, modules="numpy", cse=False)
+    n = len(exprs)
+
+    def call(x):
+        with np.errstate(all="ignore"):
+            out = f(*x)
+        return np.array([np.broadcast_to(np.asarray(v, dtype=float), ()).item() for v in out], dtype=float).reshape(n)
+
+    return call
+
+
+def _overflow(what: str, span: Span, value) -> PdslError:
+    return PdslError.at(
+        "NumericOverflow",
+        f"{what} is not a finite floating-point number ({value}) at the default parameter values",
+        span,
+        "choose units in which lengths, positions and masses are moderate numbers "
+        "(a length of 1e308 squares to more than the largest double)",
+    )
 
 
 def _check_singular(model: Model, layout: _Layout, data: _Constraints) -> None:
-    """DΦ M⁻¹ DΦᵀ must be invertible (A1.2): otherwise report the rows involved, by statement."""
+    """DΦ M⁻¹ DΦᵀ must be invertible (A1.2): otherwise report the rows involved, by statement.
+
+    The check is numeric (numpy, at a generic configuration and the default parameter
+    values); a constraint or mass whose numbers overflow a double is reported at its
+    statement (``NumericOverflow``) rather than failing inside the linear algebra.
+    """
     rows = data.rows
     if not rows:
         return
@@ -504,30 +553,47 @@ def _check_singular(model: Model, layout: _Layout, data: _Constraints) -> None:
     if extra:  # lengths depending on inputs or networks: nothing numeric to check
         return
     C, n = len(rows), len(layout.coords)
-    xs = ca.SX.sym("x", len(layout.coords))
-    conv = Converter({c: xs[i] for i, c in enumerate(layout.coords)})
-    f_phi = ca.Function("phi", [xs], [ca.vertcat(*[conv(e) for e in phi])])
-    f_jac = ca.Function("dphi", [xs], [ca.vertcat(*[conv(e) for _, _, e in entries])])
-    ks = np.array([k for k, _, _ in entries], dtype=int)
-    js = np.array([j for _, j, _ in entries], dtype=int)
-
-    def phi_fn(x):
-        return np.asarray(f_phi(x), dtype=float).ravel()
-
-    def jac_fn(x):
-        J = np.zeros((C, n))
-        np.add.at(J, (ks, js), np.asarray(f_jac(x), dtype=float).ravel())
-        return J
-
-    x = _generic_configuration(layout, phi_fn, jac_fn)
-    Dn = jac_fn(x)
     Minv = np.zeros((n, n))
     for j in range(n):
         col = _minv_apply(layout, {j: sp.Integer(1)})
         for i, e in col.items():
-            Minv[i, j] = float(e.xreplace(subs))
-    Gn = Dn @ Minv @ Dn.T
-    w, V = np.linalg.eigh(Gn)
+            v = e.xreplace(subs)
+            Minv[i, j] = float(v) if v.is_number and v.is_finite is not False else np.nan
+            if not np.isfinite(Minv[i, j]):
+                raise _overflow(f"the inverse mass of `{layout.blocks[layout.block_of[j]].body.name}`",
+                                layout.spans[j], v)
+    f_phi = _numeric(phi, layout.coords)
+    f_jac = _numeric([e for _, _, e in entries], layout.coords)
+    ks = np.array([k for k, _, _ in entries], dtype=int)
+    js = np.array([j for _, j, _ in entries], dtype=int)
+
+    def jac_fn(x):
+        J = np.zeros((C, n))
+        np.add.at(J, (ks, js), f_jac(x))
+        return J
+
+    x = _generic_configuration(layout, f_phi, jac_fn)
+    for k, value in enumerate(f_phi(x)):
+        if not np.isfinite(value):
+            raise _overflow(f"the residual of {rows[k].label}", rows[k].origin, value)
+    Dn = jac_fn(x)
+    for k in range(C):
+        if not np.all(np.isfinite(Dn[k])):
+            raise _overflow(f"the gradient of {rows[k].label}", rows[k].origin, Dn[k][~np.isfinite(Dn[k])][0])
+    with np.errstate(all="ignore"):
+        Gn = Dn @ Minv @ Dn.T
+    bad = ~np.isfinite(Gn)
+    if bad.any():
+        k = int(np.flatnonzero(bad.any(axis=1))[0])
+        raise _overflow(f"DΦ M⁻¹ DΦᵀ for {rows[k].label}", rows[k].origin, Gn[bad][0])
+    try:
+        w, V = np.linalg.eigh(Gn)
+    except np.linalg.LinAlgError:  # finite but badly scaled beyond what LAPACK converges on
+        raise PdslError.at(
+            "NumericOverflow",
+            "the constraint matrix DΦ M⁻¹ DΦᵀ cannot be decomposed numerically (its entries span too many "
+            "orders of magnitude)", rows[0].origin,
+            "choose units in which lengths and masses are moderate numbers") from None
     small = w <= _RANK_TOL * max(w.max(), 1.0)
     if not small.any():
         return

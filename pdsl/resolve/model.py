@@ -69,11 +69,11 @@ def network_derivative(e: sp.Derivative):
     """``(call, k, positions)`` of a first derivative of a network output, ``d/da fn(k, ..., a, ...)``: the call,
     the output index and the input positions where the variable appears (its gradient is their sum). Every
     backend reads network derivatives through this one function."""
-    from ..diagnostics import PdslError
+    from ..diagnostics import InternalError, PdslError
 
     f = e.expr
     if not isinstance(f, sp.core.function.AppliedUndef):
-        raise PdslError.at("InternalUnsupported", "derivative of a non-network expression reached the backend")
+        raise InternalError("derivative of a non-network expression reached the backend")
     variables = [v for v, n in e.variable_count for _ in range(n)]
     if len(variables) != 1:
         raise PdslError.at("NotYetSupported", "second derivatives of neural components are not supported yet")

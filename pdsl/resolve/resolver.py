@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import sys
+from collections import ChainMap
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping
 
@@ -111,6 +113,8 @@ class _Resolver:
     declared: dict[str, str] = field(default_factory=dict)  # every name the model declares -> its kind
     composition: set[str] = field(default_factory=set)  # names made by `port` and `use` (not lowered yet)
     _targets: set | None = None  # cache of _der_targets()
+    _failed_params: set = field(default_factory=set)  # symbols of params whose value was an error
+    _scope_cache: dict = field(default_factory=dict)  # allow_der -> (key, Scope) of _scope()
 
     # ================================================================== driver
     def run(self) -> M.Model:
@@ -171,6 +175,15 @@ class _Resolver:
 
     # ================================================================== scope
     def _scope(self, *, allow_der: bool = True) -> Scope:
+        """The names of the model, built once and shared until a name, const or the space changes
+        (a fresh one per statement made resolving quadratic in the number of declarations)."""
+        key = (len(self.names), len(self.consts), self.space)
+        cached = self._scope_cache.get(allow_der)
+        if cached is None or cached[0] != key:
+            cached = self._scope_cache[allow_der] = (key, self._build_scope(allow_der))
+        return cached[1]
+
+    def _build_scope(self, allow_der: bool) -> Scope:
         names = {n: d.value for n, d in self.names.items() if d.kind != "output"}
         names.update({k: sp.Integer(v) for k, v in self.consts.items()})
         names["t"] = S.TIME
@@ -184,16 +197,16 @@ class _Resolver:
             for n, d in self.names.items()
             if d.kind == "output"
         }
-        return Scope(names, der_of=self._der_of if allow_der else None, known=known)
+        return Scope(ChainMap(names), der_of=self._der_of if allow_der else None, known=ChainMap(known))
 
     def _const_scope(self, extra: Mapping[str, object] | None = None) -> Scope:
-        """Only numbers, consts and loop variables (array bounds, defaults)."""
-        names = {k: sp.Integer(v) for k, v in self.consts.items()}
-        names.update(extra or {})
-        known = {n: _not_constant(n, kind) for n, kind in self.declared.items() if n not in names}
-        known["t"] = _not_constant("t", "the time")
-        known["ground"] = _not_constant("ground", "the fixed frame")
-        return Scope(names, der_of=None, known=known)
+        """Only numbers, consts and loop variables (array bounds, defaults).
+
+        Read-only views of the consts and of the declared names, made in O(1): a scope is made per
+        default value and array bound, and copying every name each time was quadratic.
+        """
+        names = ChainMap(dict(extra or {}), _ConstView(self.consts))
+        return Scope(names, der_of=None, known=_NotConstantView(self.declared))
 
     def _ev(self, bindings: Mapping[str, object] | None = None, *, allow_der: bool = True) -> Evaluator:
         ev = Evaluator(self._scope(allow_der=allow_der), self.nn_inputs)
@@ -553,6 +566,8 @@ class _Resolver:
                 self._finish_decl(kind, d, out)
             except PdslError as err:
                 self.diags.extend(err)
+                if kind == "param":  # reported once: a mass `m` is not then also "not constant"
+                    self._failed_params.update(symbol for _, symbol, _ in self._elements_of(d))
         for stmt, indices, refs in self._bodies_pending:
             try:
                 self._finish_body(stmt, indices, refs, out)
@@ -644,6 +659,7 @@ class _Resolver:
     def _finish_body(self, stmt: A.BodyStmt, indices, refs, out) -> None:
         kw = self._body_arguments(stmt)
         defaults = {p.symbol: sp.Float(p.default) for p in out["params"]}  # params are finished first
+        defaults.update({s: s for s in self._failed_params})  # already reported: constant, value unknown
         for i, ref in zip(indices, refs):
             ev = self._ev({"i": sp.Integer(i)} if i is not None else {}, allow_der=False)
             mass = ev.scalar(kw["mass"].value, "the mass")
@@ -952,6 +968,13 @@ def _check_positive(value: sp.Expr, defaults: Mapping, what: str, span: Span, hi
     if v.is_number and v.is_extended_positive is False:
         at_defaults = " with the default parameter values" if value.free_symbols else ""
         raise PdslError.at("BadArgument", f"{what} must be positive, but it is {sp.nsimplify(v)}{at_defaults}", span, hint)
+    if v.is_number and v.is_extended_positive:
+        f = float(v)  # 0.0 below the doubles, inf above: M⁻¹ = 1/m would not be finite
+        if not sys.float_info.min <= f <= sys.float_info.max:
+            at_defaults = " with the default parameter values" if value.free_symbols else ""
+            raise PdslError.at("BadArgument", f"{what} is {sp.Float(v, 4)}{at_defaults}, outside the range of normal "
+                               "floating-point numbers (about 2.2e-308 to 1.8e308)", span,
+                               "choose units in which masses and moments are moderate numbers")
 
 
 def _element_kind(stmt) -> str:
@@ -1057,6 +1080,49 @@ def _composition_names(body) -> set[str]:
         elif isinstance(stmt, A.UseStmt):
             names.add(stmt.name)
     return names
+
+
+class _ConstView(Mapping):
+    """The consts as sympy integers, read through (not copied)."""
+
+    def __init__(self, consts: Mapping[str, int]):
+        self._consts = consts
+
+    def __getitem__(self, name: str):
+        return sp.Integer(self._consts[name])
+
+    def __contains__(self, name) -> bool:
+        return name in self._consts
+
+    def __iter__(self):
+        return iter(self._consts)
+
+    def __len__(self) -> int:
+        return len(self._consts)
+
+
+class _NotConstantView(Mapping):
+    """Why each declared name (and t, ground) is unusable where only constants are allowed; made on lookup."""
+
+    _SPECIAL = {"t": "the time", "ground": "the fixed frame"}
+
+    def __init__(self, declared: Mapping[str, str]):
+        self._declared = declared
+
+    def __getitem__(self, name: str) -> Unusable:
+        if name in self._SPECIAL:
+            return _not_constant(name, self._SPECIAL[name])
+        return _not_constant(name, self._declared[name])
+
+    def __contains__(self, name) -> bool:
+        return name in self._SPECIAL or name in self._declared
+
+    def __iter__(self):
+        yield from self._SPECIAL
+        yield from (n for n in self._declared if n not in self._SPECIAL)
+
+    def __len__(self) -> int:
+        return len(self._SPECIAL) + sum(1 for n in self._declared if n not in self._SPECIAL)
 
 
 def _not_constant(name: str, kind: str) -> Unusable:

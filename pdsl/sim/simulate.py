@@ -21,6 +21,7 @@ from .. import symbols as S
 from ..backend.functions import NumericSystem
 from ..backend.sympy_to_casadi import Converter
 from ..diagnostics import PdslError
+from ..options import parse_assignment, parse_float  # noqa: F401 (re-exported; casadi-free home)
 from ..parse.parser import parse_expression
 from ..resolve.expressions import Evaluator, Scope
 
@@ -69,28 +70,6 @@ class SimulationResult:
         return header, data
 
 
-def parse_assignment(text: str, option: str) -> tuple[str, str]:
-    """``NAME=VALUE`` from a command-line option; the name may be ``der(q)``."""
-    if "=" not in text:
-        raise PdslError.at("BadOption", f"{option} {text!r}: expected NAME=VALUE", hint=f"for example {option} x=0.5")
-    name, value = text.split("=", 1)
-    name, value = name.strip(), value.strip()
-    if not name or not value:
-        raise PdslError.at("BadOption", f"{option} {text!r}: expected NAME=VALUE")
-    return name, value
-
-
-def parse_float(text: str, option: str) -> float:
-    """A finite decimal number (the grammar of data cells: no ``_`` separators, no inf/nan)."""
-    from ..data.csvio import shown_value, strict_float
-
-    try:
-        return strict_float(text)
-    except ValueError as exc:
-        raise PdslError.at("BadOption", f"{option}: `{shown_value(text)}` is {exc}",
-                           hint="a decimal number such as 0.5, -3 or 1e-3") from None
-
-
 def time_grid(t_end: float, dt: float) -> np.ndarray:
     if not (math.isfinite(t_end) and t_end > 0):
         raise PdslError.at("BadOption", f"--t-end must be positive, got {t_end}")
@@ -128,8 +107,9 @@ def inputs_from_csv(path: str | Path, wanted: tuple[str, ...], *,
                     cover: tuple[float, float] | None = None) -> dict[str, InputSignal]:
     """Columns of a CSV with a ``t`` column, interpolated linearly in time.
 
-    Every column is ``t`` or one of ``wanted``; at least two rows with increasing ``t``; ``cover = (t0, t_end)``: the samples must span
-    that interval (no extrapolation). Problems are ``BadCsv`` errors at the cell.
+    Every column is ``t`` or one of ``wanted``; at least two rows with increasing ``t``;
+    ``cover = (t0, t_end)``: the samples must span that interval (no extrapolation).
+    Problems are ``BadCsv`` errors at the file's cell.
     """
     from ..data.csvio import cell_span, read_table, shown_value
     from ..diagnostics import Span
@@ -142,7 +122,7 @@ def inputs_from_csv(path: str | Path, wanted: tuple[str, ...], *,
             raise PdslError.at("BadCsv", f"column `{shown_value(name)}` is not an exogenous input of the model",
                                cell_span(p, 1, k), f"input data has a `t` column and one column per input; inputs: {inputs}")
     if "t" not in table.columns:
-        raise PdslError.at("BadCsv", f"{p}: no `t` column", Span.point(p, 1, 1),
+        raise PdslError.at("BadCsv", "no `t` column", Span.point(p, 1, 1),
                            hint="the first column of a trajectory CSV is the time t")
     tc = table.columns.index("t")
     if len(table.data) < 2:

@@ -91,7 +91,10 @@ def _split_models(text: str) -> list[str]:
     return [m + "\n" for m in re.findall(r"^model .*?^end\s*$", text, flags=re.M | re.S)]
 
 
-SEEDS = _split_models(SECTION_8) + EXTRA_SEEDS
+MODELS = Path(__file__).resolve().parents[2] / "models"
+# every bundled model whose lowering is quick (cucker_smale, N = 30, takes seconds per example)
+BUNDLED = [p.read_text(encoding="utf-8") for p in sorted(MODELS.glob("*.phm")) if p.stem != "cucker_smale"]
+SEEDS = _split_models(SECTION_8) + EXTRA_SEEDS + BUNDLED
 SECTION_8_GYROSCOPE = next(s for s in SEEDS if s.startswith("model Gyroscope"))
 
 # ---------------------------------------------------------------- mutations
@@ -151,6 +154,19 @@ def _words(draw, text: str) -> str:
     spots = [k for k, tok in enumerate(toks) if re.fullmatch(r"[A-Za-z_]\w*|\d[\d.eE+-]*", tok)]
     k = spots[_spot(draw, len(spots))]
     toks[k] = draw(st.sampled_from(_WORDS + toks))
+    return "".join(toks)
+
+
+_EXTREMES = ["1e308", "-1e308", "1e-320", "5e-324", "1e-300", "1e300", "0", "-0", "0.0", "1e16", "123456789012345678901234567890"]
+
+
+def _numbers(draw, text: str) -> str:
+    """Replace one number by an extreme one: overflow, denormals, zero (found LinAlgErrors in the lowering)."""
+    toks = _TOKEN.findall(text)
+    spots = [k for k, tok in enumerate(toks) if re.fullmatch(r"\d[\d.eE+-]*", tok)]
+    if not spots:
+        return text
+    toks[spots[_spot(draw, len(spots))]] = draw(st.sampled_from(_EXTREMES))
     return "".join(toks)
 
 
@@ -222,7 +238,8 @@ def _statement(draw, text: str) -> str:
     return "\n".join(lines)
 
 
-_MUTATIONS = [_chars, _tokens, _tokens, _lines, _lines, _names, _names, _words, _words, _words, _statement, _statement, _statement]
+_MUTATIONS = [_chars, _tokens, _tokens, _lines, _lines, _names, _names, _words, _words, _words, _statement, _statement, _statement,
+              _numbers, _numbers]
 
 
 @st.composite
@@ -281,7 +298,7 @@ def _warm_up():
             compile_front_end(seed, "hamiltonian")
 
 
-_EXAMPLES = int(os.environ.get("PDSL_FUZZ_EXAMPLES", "200"))
+_EXAMPLES = int(os.environ.get("PDSL_FUZZ_EXAMPLES", "300"))
 
 
 @settings(
@@ -299,6 +316,13 @@ _EXAMPLES = int(os.environ.get("PDSL_FUZZ_EXAMPLES", "200"))
 @example(text="model A\n  var x\n  der(x) = 10^10^10*x\nend\n", formulation="hamiltonian")  # sympy computed 10^(10^10)
 @example(text="model A\n  var x\n  der(x) = (-8)^(1/3)*x\nend\n", formulation="hamiltonian")  # complex numbers reached CasADi
 @example(text="model A\n  var x\n  der(x) = " + "-" * 2000 + "x\nend\n", formulation="hamiltonian")  # RecursionError
+@example(  # issue 12 defect 1: an overflowing link length reached an SVD (LinAlgError)
+    text=(MODELS / "pendulum3.phm").read_text(encoding="utf-8").replace("link ground, b[1], length = l[1]", "link ground, b[1], length = 1e308"),
+    formulation="hamiltonian",
+)
+@example(  # issue 12 defect 2: a denormal mass reached an eigenvalue computation (LinAlgError)
+    text=(MODELS / "pendulum3.phm").read_text(encoding="utf-8").replace("mass = m[i]", "mass = 1e-320"), formulation="hamiltonian"
+)
 def test_mutated_models_fail_only_with_located_pdsl_errors(text, formulation):
     with _hard_limit(30):
         try:
@@ -307,7 +331,7 @@ def test_mutated_models_fail_only_with_located_pdsl_errors(text, formulation):
             _check_diagnostics(err, text)
 
 
-@pytest.mark.parametrize("seed", SEEDS, ids=[re.match(r"model (\w+)", s).group(1) for s in SEEDS])
+@pytest.mark.parametrize("seed", SEEDS, ids=[re.search(r"^model (\w+)", s, re.M).group(1) for s in SEEDS])
 def test_seeds_are_valid(seed):
     models = load_models("seed.phm", text=seed)
     assert len(models) == 1
