@@ -166,10 +166,11 @@ def _tidy(e: sp.Expr) -> sp.Expr:
     return e
 
 
-def _tidy_network(e: sp.Expr) -> sp.Expr:
-    """p-H networks: the lowering has tidied the rates already; a rational expression (a linear network, quadratic
-    energies) is shown expanded — sympy's simplify needs ~0.1 s per term to find the same form (seconds on a ladder)."""
-    from .lower.port_hamiltonian import is_rational
+def _tidy_rational(e: sp.Expr) -> sp.Expr:
+    """``display = "expand-rational"`` (networks): the lowering has tidied the rates already; a rational expression (a
+    linear network, quadratic energies) is shown expanded — sympy's simplify needs ~0.1 s per term to find the same
+    form (seconds on a ladder)."""
+    from .lower.structural import is_rational
 
     if not is_rational(e):
         return _tidy(e)
@@ -198,13 +199,13 @@ class _Printer:
         return f"{self.expr(lhs)} = {self.expr(rhs)}"
 
 
-def render_system(system: SymbolicSystem, fmt: str = "text", *, simplify: bool = True, model=None) -> str:
+def render_system(system: SymbolicSystem, fmt: str = "text", *, simplify: bool = True) -> str:
     global _BUDGET
     _BUDGET = _Budget()
     pr = _Printer(system, fmt)
     tidy = _tidy if simplify else (lambda e: e)
-    if simplify and system.formalism == "port-hamiltonian":
-        tidy = _tidy_network
+    if simplify and system.display == "expand-rational":
+        tidy = _tidy_rational
     md = fmt == "markdown"
     tex = fmt == "latex"
     out: list[str] = []
@@ -224,8 +225,8 @@ def render_system(system: SymbolicSystem, fmt: str = "text", *, simplify: bool =
     out.append(f"# {title}" if md else (f"% {title}" if tex else title))
     item(f"formalism: {system.formalism}; {len(system.states)} states, {len(system.algebraics)} algebraic, "
          f"{len(system.multipliers)} multipliers, {len(system.params)} parameters")
-    if model is not None and model.bodies:
-        _bodies(model, system, pr, h, item, out, fmt)
+    if system.bodies:
+        _bodies(system, pr, h, item)
     h("States")
     for s in system.states:
         item(f"{s.name}" + (f" (start {s.start:g})" if s.start is not None else "") + f"    [{s.span}]")
@@ -270,8 +271,7 @@ def render_system(system: SymbolicSystem, fmt: str = "text", *, simplify: bool =
     for eq in system.algebraic:
         out.append(_block(pr.eq(sp.Integer(0), tidy(eq.lhs - eq.rhs)), fmt, "", eq.origin, eq.label))
     if system.constraints:
-        h("Constraints between stores (index reduction; monitored)" if system.formalism == "port-hamiltonian"
-          else "Holonomic constraints (monitored)")
+        h(system.constraints_title)
         for c in system.constraints:
             out.append(_block(pr.eq(tidy(c.residual), sp.Integer(0)), fmt, "", c.origin, c.label))
     return "\n".join(out).lstrip("\n") + "\n"
@@ -310,21 +310,17 @@ def _block(body: str, fmt: str, prefix: str, origin, label: str = "") -> str:
     return f"  {prefix}{body}\n      ({note}{where})"
 
 
-def _bodies(model, system, pr, h, item, out, fmt) -> None:
+def _bodies(system, pr, h, item) -> None:
     """Bodies, their node layout and mass-matrix blocks (Eq. 9), and the degrees of freedom."""
-    from .lower.cartesian import node_mass_matrix
-
     h("Bodies")
-    n_coords = 0
-    for b in model.bodies:
-        nodes = ", ".join(b.name + ("." + nn if nn else "") for nn in b.node_names)
-        n_coords += len(b.nodes) * len(b.nodes[0])
-        kind = "point mass" if b.kind == "point" else f"rigid, dim {b.dim}, moments {', '.join(pr.expr(m) for m in b.moments)}"
-        item(f"{b.name}: {kind}, mass {pr.expr(b.mass)}; nodes {nodes}    [{b.span}]")
-        if b.kind == "rigid":
-            M = node_mass_matrix(b.mass, b.moments)
+    for b in system.bodies:
+        kind = b.kind if b.kind == "point mass" else f"{b.kind}, moments {', '.join(pr.expr(m) for m in b.moments)}"
+        item(f"{b.name}: {kind}, mass {pr.expr(b.mass)}; nodes {', '.join(b.nodes)}    [{b.span}]")
+        if b.node_mass_matrix is not None:
+            M = b.node_mass_matrix
             rows = "; ".join(", ".join(pr.expr(sp.simplify(M[i, j])) for j in range(M.shape[1])) for i in range(M.shape[0]))
-            item(f"  mass matrix on the nodes (Eq. 9, ⊗ I_{model.space}): [{rows}]")
+            item(f"  mass matrix on the nodes (Eq. 9, ⊗ I_{system.space}): [{rows}]")
+    n_coords = sum(b.coordinates for b in system.bodies)
     n_constraints = len(system.constraints)
     h("Degrees of freedom")
     item(f"n·d − C = {n_coords} − {n_constraints} = {n_coords - n_constraints}")

@@ -6,6 +6,7 @@ Settings come from flags, then a ``--config`` TOML file, then defaults (see
 
 from __future__ import annotations
 
+from ..options import finite_float, integer
 from ..diagnostics import PdslError
 
 # flag -> FitConfig field, for flags that override a setting
@@ -31,39 +32,39 @@ def add_parsers(sub, common) -> None:
     p.add_argument("--shooting", help="single (default: independent chunks) | multiple (each trajectory as segments of "
                                       "--chunk steps linked by continuity constraints; solved by ipopt)")
     p.add_argument("--hessian", help="ipopt: gauss-newton (default: 2·JᵀJ of the residuals) | exact | limited-memory")
-    p.add_argument("--epochs", type=int, help="epochs (default 50 for gauss-newton, 200 ipopt iterations, 2000 for adamw)")
-    p.add_argument("--chunk", type=int, help="steps per training chunk (default 4)")
-    p.add_argument("--stride", type=int, help="samples between chunk starts (default: the chunk length)")
-    p.add_argument("--batch", type=int, help="chunks per minibatch (default 200)")
+    p.add_argument("--epochs", type=integer, help="epochs (default 50 for gauss-newton, 200 ipopt iterations, 2000 for adamw)")
+    p.add_argument("--chunk", type=integer, help="steps per training chunk (default 4)")
+    p.add_argument("--stride", type=integer, help="samples between chunk starts (default: the chunk length)")
+    p.add_argument("--batch", type=integer, help="chunks per minibatch (default 200)")
     p.add_argument("--integrator", help="rk4 (default) | midpoint | gauss2 | euler")
-    p.add_argument("--substeps", type=int, help="integrator steps per data interval (default 1)")
-    p.add_argument("--project", type=int, metavar="STEPS",
+    p.add_argument("--substeps", type=integer, help="integrator steps per data interval (default 1)")
+    p.add_argument("--project", type=integer, metavar="STEPS",
                    help="Newton steps projecting each chunk's first sample onto the constraints (default 0: none)")
     p.add_argument("--loss", help="l1 (adamw default) | mse (gauss-newton)")
-    p.add_argument("--lr", type=float, help="AdamW learning rate (default 3e-3)")
-    p.add_argument("--weight-decay", type=float, help="AdamW weight decay on networks (default 1e-4)")
-    p.add_argument("--seed", type=int, help="seed of the validation split, minibatches and network init (default 0)")
-    p.add_argument("--val-fraction", type=float, help="fraction of trajectories held out for validation (default 0.2)")
+    p.add_argument("--lr", type=finite_float, help="AdamW learning rate (default 3e-3)")
+    p.add_argument("--weight-decay", type=finite_float, help="AdamW weight decay on networks (default 1e-4)")
+    p.add_argument("--seed", type=integer, help="seed of the validation split, minibatches and network init (default 0)")
+    p.add_argument("--val-fraction", type=finite_float, help="fraction of trajectories held out for validation (default 0.2)")
     p.add_argument("--observe", help="comma-separated columns the loss compares (default: all state and output columns)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="start value (free) or fixed value")
-    p.add_argument("--threads", type=int, help="threads for the batched chunk loss (default 1)")
+    p.add_argument("--threads", type=integer, help="threads for the batched chunk loss (default 1)")
     p.add_argument("--backend", help="auto (default: torch for networks with adamw) | casadi | torch: how chunk losses are evaluated")
-    p.add_argument("--tol", type=float, help="gauss-newton: relative cost decrease that counts as converged")
+    p.add_argument("--tol", type=finite_float, help="gauss-newton: relative cost decrease that counts as converged")
     p.add_argument("--formulation", help="hamiltonian|lagrangian (Cartesian mechanics)")
-    p.add_argument("--stop-after", type=int, metavar="EPOCHS", help="stop after this many epochs in total; --resume continues")
+    p.add_argument("--stop-after", type=integer, metavar="EPOCHS", help="stop after this many epochs in total; --resume continues")
     g = p.add_argument_group("regularisers (BENCHMARKS C4, C5.2; adamw)")
-    g.add_argument("--equilibrium", type=float, metavar="LAMBDA",
+    g.add_argument("--equilibrium", type=finite_float, metavar="LAMBDA",
                    help="penalty LAMBDA·‖f(z*, u*)‖² forcing an equilibrium at z* (default: all states and inputs 0)")
     g.add_argument("--equilibrium-at", action="append", default=[], metavar="NAME=VALUE",
                    help="a shown state or input of the equilibrium point (repeatable; the others are 0)")
     g.add_argument("--sparsity", metavar="FLOWS",
                    help="comma-separated link flows (p-H element ports such as damper2, or declared outputs) "
                         "whose L1 norm Σ mean|f| over the training samples is penalised")
-    g.add_argument("--sparsity-weight", type=float, metavar="W", help="penalty mode: objective J + W·R (default 1e-3)")
-    g.add_argument("--sparsity-epsilon", type=float, metavar="EPS",
+    g.add_argument("--sparsity-weight", type=finite_float, metavar="W", help="penalty mode: objective J + W·R (default 1e-3)")
+    g.add_argument("--sparsity-epsilon", type=finite_float, metavar="EPS",
                    help="primal-dual mode: minimise R subject to J ≤ EPS (C4 Eqs. 12–20)")
-    g.add_argument("--dual-step", type=float, metavar="ALPHA", help="primal-dual: λ ← max(0, λ + ALPHA (J − EPS)) per epoch (default 1/EPS)")
-    g.add_argument("--dual-start", type=float, metavar="LAMBDA0", help="primal-dual: starting multiplier (default 1)")
+    g.add_argument("--dual-step", type=finite_float, metavar="ALPHA", help="primal-dual: λ ← max(0, λ + ALPHA (J − EPS)) per epoch (default 1/EPS)")
+    g.add_argument("--dual-start", type=finite_float, metavar="LAMBDA0", help="primal-dual: starting multiplier (default 1)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
     p = sub.add_parser("evaluate", help="rollout metrics of a model on test trajectories")
@@ -71,8 +72,8 @@ def add_parsers(sub, common) -> None:
     p.add_argument("--data", required=True, help="test trajectory CSV")
     p.add_argument("--params", help="fitted parameters (JSON written by `pdsl fit`)")
     p.add_argument("--integrator", default=None, help="cvodes (default), cvodes-bdf, rk4, midpoint, gauss2, euler")
-    p.add_argument("--rtol", type=float, default=1e-9, help="relative tolerance of cvodes (default 1e-9)")
-    p.add_argument("--substeps", type=int, default=1, help="fixed-step integrators: steps per sample interval (default 1)")
+    p.add_argument("--rtol", type=finite_float, default=1e-9, help="relative tolerance of cvodes (default 1e-9)")
+    p.add_argument("--substeps", type=integer, default=1, help="fixed-step integrators: steps per sample interval (default 1)")
     p.add_argument("--backend", default="casadi",
                    help="casadi (default: each trajectory by CasADi) | torch (all at once, rk4/euler; for large networks)")
     p.add_argument("--formulation", default="hamiltonian", help="hamiltonian|lagrangian (Cartesian mechanics)")

@@ -176,11 +176,11 @@ def cmd_show(args) -> int:
 
     m = select_model(load_models(args.file, consts=_consts(args.const)), args.model, args.file)
     system = lower(m, args.formulation)
-    sys.stdout.write(render_system(system, args.format, simplify=not args.raw, model=m))
+    sys.stdout.write(render_system(system, args.format, simplify=not args.raw))
     if any(c.kind == "velocity" for c in m.constraints):
         _show_integrability(m)
     if args.power:
-        _show_power(m, system)
+        _show_power(system)
     if args.plot_structure:
         from ..backend.functions import to_casadi
         from ..sim.structure import plot_structure
@@ -202,29 +202,27 @@ def _with_power_outputs(model, system):
     """Append H and each port's power e·f as outputs (so they become CSV columns)."""
     from dataclasses import replace
 
-    from ..lower.port_hamiltonian import port_powers
     from ..resolve.model import Output
 
-    if not system.formalism.startswith("port-hamiltonian") or system.formalism.endswith("iso"):
-        raise PdslError.at("BadOption", "--power applies to port-Hamiltonian networks", model.span)
+    if not system.ports:
+        raise PdslError.at("BadOption", f"--power: {system.name} has no element ports whose power could be recorded "
+                           "(it applies to port-Hamiltonian networks)", model.span)
     extra = [Output(name="H", expr=system.energy, span=system.span)]
-    extra += [Output(name=f"power({pp.port})", expr=pp.power, span=pp.span) for pp in port_powers(model, system)]
+    extra += [Output(name=f"power({p.name})", expr=p.power, span=p.span) for p in system.ports]
     return replace(system, outputs=system.outputs + tuple(extra))
 
 
-def _show_power(model, system) -> None:
-    from ..lower.port_hamiltonian import power_balance
+def _show_power(system) -> None:
+    from ..lower.structural import power_balance
 
-    if not system.formalism.startswith("port-hamiltonian"):
-        raise PdslError.at("BadOption", "--power applies to port-Hamiltonian models", model.span)
-    pb = power_balance(model, system)
+    pb = power_balance(system)
     print("\nPower balance (dH/dt = supplied − dissipated):")
     print(f"  dH/dt = {pb.dHdt}")
     for role, port, power in pb.terms:
         what = "supplied by" if role == "source" else "dissipated in"
         print(f"  {what} {port}: {power if role == 'source' else -power}")
     verdict = "holds identically" if pb.residual == 0 else f"FAILS: residual {pb.residual}"
-    if pb.residual == 0 and getattr(pb, "modulo", ()):
+    if pb.residual == 0 and pb.modulo:
         verdict = "holds on the constraints between stores (" + ", ".join(f"{g} = 0" for g in pb.modulo) + ")"
     print(f"  balance: {verdict}")
 

@@ -142,34 +142,10 @@ def specs_from_config(equilibrium: Mapping | None, sparsity: Mapping | None) -> 
 
 
 # ====================================================================== flow expressions
-def port_variables(model, system) -> dict[str, tuple]:
-    """(effort, flow) of every port of a p-H network in terms of states, inputs and parameters.
-
-    The same elimination as :func:`pdsl.lower.port_hamiltonian.port_powers` (aliases, causal
-    sorting, a linear solve for what is left), keeping e and f apart instead of multiplying them.
-    """
-    from ..lower import port_hamiltonian as ph
-    from ..resolve.port_hamiltonian import port_symbols
-
-    net = ph._collect(model)
-    unknowns = set()
-    for port in net.ports:
-        unknowns |= set(port_symbols(port))
-    rates = {s.rate for s in net.states}
-    eqs, subs = ph._eliminate_aliases(list(net.equations), unknowns, {})
-    eqs, subs = ph._sort_causal(eqs, unknowns | rates, subs)
-    rem = sorted((unknowns | rates) - set(subs), key=lambda s: s.name)
-    if rem:
-        solved = ph._solve_linear(eqs, rem)
-        if solved is None:
-            raise PdslError.at("NotYetSupported", "port flows of networks with algebraic loops are not available yet", model.span)
-        subs = {k: v.xreplace(solved) for k, v in subs.items()}
-        subs.update(solved)
-    out = {}
-    for port in net.ports:
-        e, f = port_symbols(port)
-        out[port] = (ph._close(e, subs), ph._close(f, subs))
-    return out
+def port_variables(system) -> dict[str, tuple]:
+    """(effort, flow) of every element port of the lowered system, in terms of states, inputs and
+    parameters (the formalism's elimination, carried by the IR as ``system.ports``)."""
+    return {p.name: (p.effort, p.flow) for p in system.ports}
 
 
 def flow_expressions(model, system, names) -> list:
@@ -184,7 +160,7 @@ def flow_expressions(model, system, names) -> list:
             found.append(outputs[name])
             continue
         if ports is None:
-            ports = port_variables(model, system) if system.formalism == "port-hamiltonian" else {}
+            ports = port_variables(system)
         base, which = name, "f"
         if name not in ports and name.rsplit(".", 1)[-1] in ("e", "f") and name.rsplit(".", 1)[0] in ports:
             base, which = name.rsplit(".", 1)

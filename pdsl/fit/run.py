@@ -10,7 +10,7 @@ a kill) leaves its checkpoint, and ``resume=True`` continues from it.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 

@@ -519,11 +519,25 @@ def _numeric(exprs: list, coords) -> "callable":
     n = len(exprs)
 
     def call(x):
-        with np.errstate(all="ignore"):
-            out = f(*x)
-        return np.array([np.broadcast_to(np.asarray(v, dtype=float), ()).item() for v in out], dtype=float).reshape(n)
+        try:
+            with np.errstate(all="ignore"):
+                out = f(*x)
+            return np.array([np.broadcast_to(np.asarray(v, dtype=float), ()).item() for v in out], dtype=float).reshape(n)
+        except (OverflowError, TypeError, ValueError):  # an exact integer past the doubles (10**616): one by one
+            at = dict(zip(coords, (sp.Float(float(v)) for v in x)))
+            return np.array([_to_float(e.xreplace(at)) for e in exprs], dtype=float)
 
     return call
+
+
+def _to_float(v) -> float:
+    """A sympy number as a double: ±inf past the largest one, nan if it is not a real number."""
+    try:
+        return float(v)
+    except (OverflowError, TypeError, ValueError):
+        if v.is_extended_real and v.is_number:
+            return float("inf") if v.is_extended_positive else float("-inf")
+        return float("nan")
 
 
 def _overflow(what: str, span: Span, value) -> PdslError:

@@ -61,6 +61,50 @@ class Constraint:
     label: str = ""
 
 
+@dataclass(**_FROZEN)
+class Port:
+    """A power port of the lowered system: effort and flow in terms of states, inputs and parameters.
+
+    ``effort·flow`` is the power the port's element takes in; ``sign`` is the element's sign in its
+    junction. Filled by formalisms whose elements exchange power at ports (p-H networks); read by
+    ``simulate --power`` (CSV columns), ``show --power`` and the sparsity regulariser of ``fit``."""
+
+    name: str
+    role: str  # store | resistive | source | twoport | bond | interface
+    sign: int
+    effort: sp.Expr
+    flow: sp.Expr
+    span: Span
+
+    @property
+    def power(self) -> sp.Expr:
+        return self.effort * self.flow
+
+
+@dataclass(**_FROZEN)
+class PowerTerm:
+    """One term of the power balance dE/dt = Σ supplied − Σ dissipated (supplied > 0, dissipated < 0)."""
+
+    role: str  # source | resistive
+    name: str
+    power: sp.Expr
+    span: Span
+
+
+@dataclass(**_FROZEN)
+class BodySummary:
+    """What ``show`` lists for a body of a multibody part (the formalism fills it; show only prints)."""
+
+    name: str
+    kind: str  # "point mass" or "rigid, dim 2"
+    mass: sp.Expr
+    moments: tuple[sp.Expr, ...]
+    nodes: tuple[str, ...]
+    node_mass_matrix: sp.Matrix | None  # Eq. 9, rigid bodies
+    coordinates: int  # Cartesian coordinates of its nodes
+    span: Span
+
+
 def closed_input_laws(inputs) -> dict[sp.Symbol, sp.Expr]:
     """``{input: law}`` of the inputs with an in-model law, substituted into each other until no law refers to
     another input (the lowering has already rejected cycles)."""
@@ -100,6 +144,18 @@ class SymbolicSystem:
     # empty: minimum-norm (Euclidean) projection. Port-Hamiltonian index reduction sets them to the
     # junctions' redistribution (charge/momentum conserving), see lower.port_hamiltonian._redistribution
     projection: tuple[tuple[sp.Expr, ...], ...] = ()
+    # power ports (effort, flow) and the terms of the power balance, where the formalism has them
+    ports: tuple[Port, ...] = ()
+    power_terms: tuple[PowerTerm, ...] = ()
+    # how `show` tidies expressions: "simplify" (budgeted sympy simplify) or "expand-rational"
+    # (networks: rational expressions expanded, which simplify would find slowly)
+    display: str = "simplify"
+    constraints_title: str = "Holonomic constraints (monitored)"
+    bodies: tuple[BodySummary, ...] = ()
+    space: int = 0  # spatial dimension of the multibody part (0: none)
+    # parameters a stabilisation adds (Baumgarte gains), set by the simulator, not the model
+    stabilization: str = "none"
+    stabilization_params: tuple[str, ...] = ()
 
     # ------------------------------------------------------------ views
     @property

@@ -12,6 +12,7 @@ from ..diagnostics import Collector, PdslError
 from ..resolve.model import Model
 from .common import check_finite, check_no_unsupported, make_state, resolve_input_laws
 from .ir import Algebraic, Equation, SymbolicSystem
+from .registry import Formalism, LowerOptions, register
 
 
 def lower_plain(model: Model) -> SymbolicSystem:
@@ -152,3 +153,10 @@ def _outputs_without_derivatives(model: Model, differential, to_rate) -> tuple:
             repl[d] = explicit[rate]
         out.append(dataclasses.replace(o, expr=o.expr.xreplace(repl)))
     return tuple(out)
+
+
+PLAIN = register(Formalism(
+    name="plain", precedence=0, claims=lambda model: True,
+    lower=lambda model, options: lower_plain(model),
+    describe="plain equations `der(x) = f`, `0 = g` (LANGUAGE.md §7); lowers whatever no other formalism claims",
+))

@@ -50,7 +50,6 @@ of an impulsive connection — give consistent start values when that matters.
 
 from __future__ import annotations
 
-import heapq
 import random
 from dataclasses import dataclass, replace
 
@@ -62,22 +61,20 @@ from ..diagnostics import Collector, PdslError, Span
 from ..resolve.model import Element, Model
 from ..resolve.port_hamiltonian import port_symbols
 from .common import check_no_unsupported, make_state, resolve_input_laws
-from .ir import Algebraic, Constraint, Equation, SymbolicSystem, closed_input_laws
+from .ir import Algebraic, Constraint, Equation, Port, PowerTerm, SymbolicSystem, closed_input_laws
+from .registry import Formalism, LowerOptions, register
+from .structural import close as _close
+from .structural import closure as _closure  # noqa: F401 (used by the network solve)
+from .structural import eliminate_aliases as _eliminate_aliases
+from .structural import is_rational
+from .structural import solve_linear as _solve_linear
+from .structural import sort_causal as _sort_causal
+from .structural import tidy as _tidy
+from .structural import zero_or_residual as _zero_or_residual
 
-__all__ = ["lower_port_hamiltonian", "PortPower", "port_powers", "PowerBalance", "power_balance"]
+__all__ = ["lower_port_hamiltonian", "is_rational", "PORT_HAMILTONIAN"]
 
 _FROZEN = dict(frozen=True, slots=True, kw_only=True)
-
-
-@dataclass(**_FROZEN)
-class PortPower:
-    """Power e·f at a port, with its sign in the Dirac structure and its role."""
-
-    port: str
-    role: str  # store | resistive | source | twoport | bond
-    sign: int
-    power: sp.Expr
-    span: Span
 
 
 def lower_port_hamiltonian(model: Model) -> SymbolicSystem:
@@ -124,7 +121,11 @@ def _iso_form(model: Model, structure: list[Element]) -> SymbolicSystem:
     rhs = (J - R) * grad + (B * u if exo else sp.zeros(n, 1))
     states = tuple(make_state(v.name, v.symbol, v.start, v.span) for v in xs)
     rows = tuple(Equation(lhs=s.rate, rhs=rhs[i], origin=st.span, label="(J − R)∇H + Bu") for i, s in enumerate(states))
-    return _system(model, states, rows, (), (), H, model.hamiltonian.span, "port-hamiltonian-iso")
+    terms = [PowerTerm(role="resistive", name="R", power=-(grad.T * R * grad)[0, 0], span=rspan)]
+    if exo:
+        terms.append(PowerTerm(role="source", name="B", power=(grad.T * B * u)[0, 0], span=bspan))
+    system = _system(model, states, rows, (), (), H, model.hamiltonian.span, "port-hamiltonian-iso")
+    return replace(system, power_terms=tuple(terms))
 
 
 def _check_psd(R: sp.Matrix, model: Model, span: Span) -> None:
@@ -167,7 +168,27 @@ def _network(model: Model) -> SymbolicSystem:
     alg_rows = tuple(Equation(lhs=r.xreplace(subs), rhs=sp.Integer(0), origin=span, label=label) for r, span, label in sol.alg_eqs)
     constraints = tuple(Constraint(residual=red.residual, origin=red.origin, label=red.label) for red in sol.reductions)
     system = _system(model, tuple(net.states), tuple(rows), alg, alg_rows, net.energy, model.span, "port-hamiltonian")
-    return replace(system, constraints=constraints, invariants=constraints, projection=tuple(sol.directions or ()))
+    ports, terms = _ports(net, sol)
+    return replace(system, constraints=constraints, invariants=constraints, projection=tuple(sol.directions or ()),
+                   ports=ports, power_terms=terms, display="expand-rational",
+                   constraints_title="Constraints between stores (index reduction; monitored)")
+
+
+def _ports(net: _Net, sol) -> tuple[tuple[Port, ...], tuple[PowerTerm, ...]]:
+    """Effort and flow of every element port in terms of states, inputs and parameters, and the power balance
+    terms (sources supply, resistive elements dissipate). None for networks with algebraic loops (the port
+    variables would depend on algebraic unknowns): their power audit is not available yet."""
+    if sol.algebraics:
+        return (), ()
+    ports, terms = [], []
+    for port, (role, span) in net.ports.items():
+        e, f = port_symbols(port)
+        sign = net.signs.get(port, 1)
+        pt = Port(name=port, role=role, sign=sign, effort=_close(e, sol.subs), flow=_close(f, sol.subs), span=span)
+        ports.append(pt)
+        if role in ("resistive", "source"):
+            terms.append(PowerTerm(role=role, name=port, power=-sign * _tidy(pt.power), span=span))
+    return tuple(ports), tuple(terms)
 
 
 # ====================================================================== index reduction
@@ -372,66 +393,6 @@ def _reduction(g, span, label, net: _Net, times: int) -> Reduction | None:
 
 # sympy's simplify rewrites sign(q) (the derivative of abs) as a Piecewise in q = 0 and takes seconds to minutes
 # on networks with such elements; these expressions are only expanded.
-_NO_SIMPLIFY = (sp.Abs, sp.sign, sp.Piecewise, sp.Heaviside, sp.Min, sp.Max)
-_TIDY_OPS_LIMIT = 200
-
-
-def _tidy(expr):
-    """A light, always-equivalent tidy-up: sympy's simplify on small expressions free of Abs/sign/Piecewise, kept only
-    when it is not longer and adds no Piecewise; an expansion otherwise (when it is not longer)."""
-    if not isinstance(expr, sp.Expr) or expr.is_Atom:
-        return expr
-    ops = sp.count_ops(expr)
-    if ops > _TIDY_OPS_LIMIT:
-        return expr
-    best, best_ops = expr, ops
-    candidates = [sp.expand(expr)]
-    # a rational function of the symbols (a linear network, polynomial energies): its expansion is already the
-    # tidy form, and sympy's simplify would spend 0.1–1 s per expression to find it
-    if not expr.has(*_NO_SIMPLIFY) and not is_rational(expr):
-        candidates.append(sp.simplify(expr))
-    elif _nested_fraction(expr):  # e.g. after an index reduction: q/(C1*R) − q/(C1*R + C1²R/C2) -> −q/(R*(C1 + C2))
-        candidates.append(sp.factor(sp.cancel(expr)))
-        candidates.append(sp.expand(sp.factor_terms(sp.cancel(expr))))
-    for c in candidates:
-        if c.has(sp.Piecewise) and not expr.has(sp.Piecewise):
-            continue
-        c_ops = sp.count_ops(c)
-        if c_ops <= best_ops:
-            best, best_ops = c, c_ops
-    return best
-
-
-def _nested_fraction(expr) -> bool:
-    """A denominator that is itself a sum (a rational function that expansion does not tidy)."""
-    return any(p.exp.is_negative and p.base.is_Add for p in expr.atoms(sp.Pow))
-
-
-def is_rational(expr) -> bool:
-    """Only symbols and numbers combined by +, * and integer powers."""
-    stack = [expr]
-    while stack:
-        e = stack.pop()
-        if e.is_Symbol or e.is_Number:
-            continue
-        if e.is_Add or e.is_Mul:
-            stack.extend(e.args)
-        elif e.is_Pow and e.exp.is_Integer:
-            stack.append(e.base)
-        else:
-            return False
-    return True
-
-
-def _close(expr, subs):
-    for _ in range(50):
-        new = expr.xreplace(subs)
-        if new == expr:
-            return expr
-        expr = new
-    return expr
-
-
 def _collect(model: Model) -> _Net:
     diags = Collector()
     equations, ports, states = [], {}, []
@@ -573,129 +534,7 @@ def _dissipative(el: Element) -> sp.Expr:
 
 
 # ====================================================================== structural passes
-def _eliminate_aliases(eqs, unknowns, subs):
-    """Equations a − b = 0 or a + b = 0 between two unknowns: substitute a := ±b."""
-
-    def pick(r):
-        if len(r.free_symbols) != 2 or not r.free_symbols <= unknowns:
-            return None
-        a, b = sorted(r.free_symbols, key=lambda s: s.name)
-        ca, cb = sp.diff(r, a), sp.diff(r, b)
-        if not (ca.is_number and cb.is_number and abs(ca) == abs(cb) and sp.expand(r - ca * a - cb * b) == 0):
-            return None
-        return a, -cb / ca * b
-
-    return _substitute(eqs, subs, pick)
-
-
-def _sort_causal(eqs, unknowns, subs):
-    """Repeatedly solve an equation that has exactly one unknown, in which it appears linearly."""
-
-    def pick(r):
-        free = r.free_symbols & unknowns
-        if len(free) != 1:
-            return None
-        (v,) = free
-        c = sp.diff(r, v)
-        if v in c.free_symbols or c == 0:
-            return None
-        value = -(r - c * v).xreplace({v: 0}) / c
-        return v, (sp.expand(value) if sp.count_ops(value) < 60 else value)
-
-    return _substitute(eqs, subs, pick)
-
-
-def _substitute(eqs, subs, pick):
-    """Apply ``pick`` (residual -> (unknown, value) or None) to the equations until it applies to none, always to the
-    first equation (in statement order) it applies to. A solved unknown is substituted into the equations that contain
-    it, and only those (an index of occurrences keeps a ladder of n sections linear in n, not quadratic); the values in
-    ``subs`` are left in terms of unknowns solved later — :func:`_closure` resolves them."""
-    eqs = list(eqs)
-    subs = dict(subs)
-    alive = [True] * len(eqs)
-    occurs: dict = {}
-    for k, (r, _, _) in enumerate(eqs):
-        for x in r.free_symbols:
-            occurs.setdefault(x, set()).add(k)
-    heap = list(range(len(eqs)))
-    queued = set(heap)
-    while heap:
-        k = heapq.heappop(heap)
-        queued.discard(k)
-        if not alive[k]:
-            continue
-        hit = pick(eqs[k][0])
-        if hit is None:
-            continue
-        v, value = hit
-        alive[k] = False
-        subs[v] = value
-        for j in sorted(occurs.pop(v, ())):
-            if not alive[j]:
-                continue
-            r, span, label = eqs[j]
-            eqs[j] = (r.xreplace({v: value}), span, label)
-            for x in value.free_symbols:
-                occurs.setdefault(x, set()).add(j)
-            if j not in queued:
-                heapq.heappush(heap, j)
-                queued.add(j)
-    return [eq for k, eq in enumerate(eqs) if alive[k]], subs
-
-
-def _closure(subs: dict) -> dict:
-    """``subs`` with every value written in terms of unsolved symbols only (the values form a DAG: each refers only
-    to unknowns solved after it). Iterative, so a long chain of substitutions does not hit the recursion limit."""
-    out: dict = {}
-    for root in subs:
-        stack = [(root, False)]
-        while stack:
-            v, ready = stack.pop()
-            if v in out:
-                continue
-            value = subs[v]
-            deps = [d for d in value.free_symbols if d in subs and d not in out]
-            if deps and not ready:
-                stack.append((v, True))
-                stack.extend((d, False) for d in deps)
-                continue
-            out[v] = value.xreplace({d: out[d] for d in value.free_symbols if d in out})
-    return out
-
-
-def _solve_linear(eqs, remaining):
-    """Solve the equations left after sorting when they are linear and square in the remaining unknowns."""
-    if len(eqs) != len(remaining):
-        return None
-    exprs = [r for r, _, _ in eqs]
-    try:
-        A, b = sp.linear_eq_to_matrix(exprs, remaining)
-    except (sp.PolynomialError, ValueError):
-        return None
-    if A.free_symbols & set(remaining):
-        return None
-    det = A.det(method="berkowitz")
-    if sp.simplify(det) == 0:
-        return None
-    sol = A.LUsolve(b)
-    return {v: _tidy(s) for v, s in zip(remaining, sol)}
-
-
 # ====================================================================== power audit
-def port_powers(model: Model, system: SymbolicSystem) -> list[PortPower]:
-    """e·f per element port in terms of states (for `show --power` and power columns)."""
-    net = _collect(model)
-    sol = _solve_network(net)
-    if sol.algebraics:
-        raise PdslError.at("NotYetSupported", "the power audit of networks with algebraic loops is not implemented yet", model.span)
-    out = []
-    for port, (role, span) in net.ports.items():
-        e, f = port_symbols(port)
-        power = (e * f).xreplace(sol.subs)
-        out.append(PortPower(port=port, role=role, sign=net.signs.get(port, 1), power=_tidy(power), span=span))
-    return out
-
-
 def _system(model, states, rows, algebraics, alg_rows, energy, energy_span, formalism) -> SymbolicSystem:
     return SymbolicSystem(
         name=model.name, doc=model.doc, path=model.path, formalism=formalism,
@@ -705,69 +544,15 @@ def _system(model, states, rows, algebraics, alg_rows, energy, energy_span, form
     )
 
 
-@dataclass(**_FROZEN)
-class PowerBalance:
-    """dH/dt = supplied − dissipated, per element (C1), with its symbolic verification."""
-
-    dHdt: sp.Expr
-    terms: tuple[tuple[str, str, sp.Expr], ...]  # (role, port, power: + supplied / − dissipated / stored)
-    residual: sp.Expr  # dH/dt − (Σ supplied − Σ dissipated): zero when the network conserves power
-    # constraints g(x) = 0 of an index-reduced network: the balance is checked on them (a store's port effort is the
-    # junction's, equal to its ∂H/∂x only where g = 0); empty when it holds identically
-    modulo: tuple[sp.Expr, ...] = ()
+def _claims(model: Model) -> bool:
+    return bool(model.elements)
 
 
-def power_balance(model: Model, system: SymbolicSystem) -> PowerBalance:
-    rates = {s.symbol: e.rhs for s, e in zip(system.states, system.differential)}
-    dHdt = sum((sp.diff(system.energy, x) * f for x, f in rates.items()), sp.Integer(0))
-    terms = []
-    if system.formalism == "port-hamiltonian-iso":
-        st = next(e for e in model.elements if e.kind == "structure")
-        x = [s.symbol for s in system.states]
-        grad = sp.Matrix([sp.diff(system.energy, xi) for xi in x])
-        R = st.data.get("R", (sp.zeros(len(x), len(x)), None))[0]
-        B = st.data.get("B", (sp.zeros(len(x), 0), None))[0]
-        u = sp.Matrix([v.symbol for v in model.inputs]) if model.inputs else sp.zeros(0, 1)
-        terms.append(("resistive", "R", -(grad.T * R * grad)[0, 0]))
-        if B.shape[1]:
-            terms.append(("source", "B", (grad.T * B * u)[0, 0]))
-    else:
-        for pp in port_powers(model, system):
-            if pp.role == "resistive":
-                terms.append(("resistive", pp.port, -pp.sign * pp.power))
-            elif pp.role == "source":
-                terms.append(("source", pp.port, -pp.sign * pp.power))
-    residual = _zero_or_residual(dHdt - sum((t[2] for t in terms), sp.Integer(0)))
-    modulo = ()
-    if residual != 0 and system.constraints:
-        modulo = tuple(c.residual for c in system.constraints)
-        residual = _zero_or_residual(_on_manifold(residual, modulo, {s.symbol for s in system.states}))
-    return PowerBalance(dHdt=_tidy(dHdt), terms=tuple(terms), residual=residual, modulo=modulo)
+def _lower(model: Model, options: LowerOptions) -> SymbolicSystem:
+    return lower_port_hamiltonian(model)
 
 
-def _on_manifold(expr, constraints, states):
-    """``expr`` with each constraint g = 0 solved for one of its states (one in which it is linear) substituted."""
-    pending = list(constraints)
-    while pending:
-        g = pending.pop(0)
-        for x in sorted(g.free_symbols & states, key=lambda s: s.name):
-            c = sp.diff(g, x)
-            if c != 0 and x not in c.free_symbols:
-                value = -(g - c * x).xreplace({x: 0}) / c
-                expr = expr.xreplace({x: value})
-                pending = [h.xreplace({x: value}) for h in pending]
-                break
-    return expr
-
-
-def _zero_or_residual(expr):
-    """0 when ``expr`` vanishes identically: expansion first (cheap, and enough for networks, whose terms cancel
-    monomial by monomial), then cancel and simplify."""
-    r = sp.expand(expr)
-    if r == 0:
-        return sp.Integer(0)
-    if not r.has(*_NO_SIMPLIFY) and sp.count_ops(r) <= 2 * _TIDY_OPS_LIMIT:
-        r = sp.cancel(sp.together(r))
-    if r == 0:
-        return sp.Integer(0)
-    return sp.simplify(r) if sp.count_ops(r) <= _TIDY_OPS_LIMIT else r
+PORT_HAMILTONIAN = register(Formalism(
+    name="port-hamiltonian", precedence=40, claims=_claims, lower=_lower,
+    describe="port-Hamiltonian elements and junctions (LANGUAGE.md §6), or the input-state-output `structure`",
+))

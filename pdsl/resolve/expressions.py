@@ -237,6 +237,7 @@ class Scope:
         self._parent: Scope | None = None  # the scope this one extends (child), sharing its names
         self._extra: tuple[str, ...] = ()  # the names ``child`` added on top of the parent's
         self._by_initial: dict[str, list[str]] | None = None  # names by first character, built on demand
+        self._suggest_budget = _SUGGEST_BUDGET  # comparisons left for "did you mean" (large models)
 
     def child(self, extra: Mapping[str, Value]) -> "Scope":
         """This scope with ``extra`` on top (loop variables): O(len(extra)), the parent is shared."""
@@ -256,13 +257,20 @@ class Scope:
             root._by_initial = {}
             for n in root.names:
                 root._by_initial.setdefault(n[:1], []).append(n)
+            root._suggest_budget = _SUGGEST_BUDGET
         total = sum(len(v) for v in root._by_initial.values())
         if total <= _SUGGEST_ALL:
-            return extra + [n for v in root._by_initial.values() for n in v]
-        return extra + [n for n in root._by_initial.get(name[:1], ()) if abs(len(n) - len(name)) <= 2][:_SUGGEST_ALL]
+            pool = [n for v in root._by_initial.values() for n in v]
+        else:
+            pool = [n for n in root._by_initial.get(name[:1], ()) if abs(len(n) - len(name)) <= 2]
+            if len(pool) > root._suggest_budget:  # thousands of similar names and errors: stop suggesting
+                return extra
+            root._suggest_budget -= len(pool)
+        return extra + pool
 
 
 _SUGGEST_ALL = 500  # up to this many names, an unknown name is compared with all of them
+_SUGGEST_BUDGET = 200_000  # difflib comparisons per scope in a large model (about 0.3 s), then no "did you mean"
 
 
 def _is_scalar(v) -> bool:
@@ -612,7 +620,7 @@ def number_value(text: str, span: Span) -> sp.Expr:
     if value == math.inf:
         raise PdslError.at("BadNumber", f"`{text}` is outside the range of floating-point numbers", span, _RANGE_HINT)
     if value < sys.float_info.min:  # 0.0 or a subnormal double: digits lost, 1/x overflows
-        raise PdslError.at("BadNumber", f"`{text}` is below the smallest normal double ({sys.float_info.min:.4g})",
+        raise PdslError.at("BadNumber", f"`{text}` is outside the range of normal floating-point numbers (below {sys.float_info.min:.4g})",
                            span, _RANGE_HINT)
     return sp.Rational(text) if any(c in text for c in ".eE") else sp.Integer(text)
 

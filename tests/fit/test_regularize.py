@@ -104,7 +104,7 @@ def test_port_variables_of_the_network(msd):
     import sympy as sp
 
     c = pdsl.compile_model(msd[0])
-    ports = port_variables(c.model, c.system)
+    ports = port_variables(c.system)
     p, d2, m = (sp.Symbol(n) for n in ("p", "d2", "m"))
     by_name = {k: v for k, v in ports.items()}
     e, f = by_name["extra"]

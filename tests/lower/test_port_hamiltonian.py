@@ -20,7 +20,7 @@ import sympy as sp
 from pdsl import symbols as S
 from pdsl.cli.main import main
 from pdsl.diagnostics import PdslError
-from pdsl.lower.port_hamiltonian import port_powers, power_balance
+from pdsl.lower.structural import power_balance
 from pdsl.pipeline import compile_model
 from pdsl.sim.simulate import input_from_expression, simulate, time_grid
 
@@ -210,7 +210,7 @@ def _lambdify_all(exprs):
 def test_dirac_structure_conserves_power(path, model):
     """Σ s·e·f over every element port (stores, resistive, sources, two-port ports) is 0; bonds cancel pairwise."""
     c = compiled(path, model)
-    pps = [pp for pp in port_powers(c.model, c.system) if pp.role != "bond"]
+    pps = [pp for pp in c.system.ports if pp.role != "bond"]
     roles = {pp.role for pp in pps}
     assert {"store", "resistive"} <= roles
     syms, fn = _lambdify_all([pp.power for pp in pps])
@@ -225,14 +225,14 @@ def test_dirac_structure_conserves_power(path, model):
         scale = max(scale, np.abs(powers).max())
     assert worst <= TOL * max(1.0, scale), (worst, scale)
     assert sp.expand(sum((pp.sign * pp.power for pp in pps), sp.Integer(0))) == 0
-    assert power_balance(c.model, c.system).residual == 0
+    assert power_balance(c.system).residual == 0
 
 
 def test_power_of_two_port_is_conserved():
     """The gyrator (and transformer) take power e_a·f_a at port a and give e_b·f_b = e_a·f_a at port b."""
     for path in (MOTOR, MOTOR_C2):
         c = compiled(path)
-        pp = {p.port: p for p in port_powers(c.model, c.system)}
+        pp = {p.name: p for p in c.system.ports}
         a, b = pp["motor.a"], pp["motor.b"]
         assert (a.role, b.role, a.sign, b.sign) == ("twoport", "twoport", 1, -1)
         assert sp.simplify(a.power - b.power) == 0
@@ -436,7 +436,7 @@ def test_bonds_between_junctions(tmp_path, junctions):
     m, k, d, F, q, p = (sym(n) for n in ("m", "k", "d", "F", "q", "p"))
     rhs = rhs_by_name(c.system)
     assert sp.simplify(rhs["p"] - (F - k * q - d * p / m)) == 0
-    assert power_balance(c.model, c.system).residual == 0
+    assert power_balance(c.system).residual == 0
 
 
 # ---------------------------------------------------------------------------------------------- errors

@@ -1,0 +1,259 @@
+"""Structural passes shared by every formalism: one place for each.
+
+* alias elimination, causal sorting and the linear solve of what is left
+  (:func:`eliminate_aliases`, :func:`sort_causal`, :func:`solve_linear`, with :func:`substitute`,
+  :func:`closure`, :func:`close`) — the elimination p-H networks use for their junction equations
+  and that any system of algebraic relations between unknowns can use;
+* :func:`tidy` and :func:`zero_or_residual` — equivalence-preserving tidying and the zero test of
+  identities (power balances, hidden constraints);
+* :func:`power_balance` — dE/dt = Σ supplied − Σ dissipated, verified symbolically on any
+  :class:`~pdsl.lower.ir.SymbolicSystem` whose formalism contributed its power terms.
+
+Pure sympy: no numeric backend is imported here.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import sympy as sp
+
+from ..diagnostics import PdslError
+from .ir import SymbolicSystem
+
+__all__ = [
+    "tidy", "is_rational", "close", "eliminate_aliases", "sort_causal", "substitute", "closure", "solve_linear",
+    "zero_or_residual", "on_manifold", "PowerBalance", "power_balance",
+]
+
+_FROZEN = dict(frozen=True, slots=True, kw_only=True)
+
+_NO_SIMPLIFY = (sp.Abs, sp.sign, sp.Piecewise, sp.Heaviside, sp.Min, sp.Max)
+_TIDY_OPS_LIMIT = 200
+
+
+def tidy(expr):
+    """A light, always-equivalent tidy-up: sympy's simplify on small expressions free of Abs/sign/Piecewise, kept only
+    when it is not longer and adds no Piecewise; an expansion otherwise (when it is not longer)."""
+    if not isinstance(expr, sp.Expr) or expr.is_Atom:
+        return expr
+    ops = sp.count_ops(expr)
+    if ops > _TIDY_OPS_LIMIT:
+        return expr
+    best, best_ops = expr, ops
+    candidates = [sp.expand(expr)]
+    # a rational function of the symbols (a linear network, polynomial energies): its expansion is already the
+    # tidy form, and sympy's simplify would spend 0.1–1 s per expression to find it
+    if not expr.has(*_NO_SIMPLIFY) and not is_rational(expr):
+        candidates.append(sp.simplify(expr))
+    elif _nested_fraction(expr):  # e.g. after an index reduction: q/(C1*R) − q/(C1*R + C1²R/C2) -> −q/(R*(C1 + C2))
+        candidates.append(sp.factor(sp.cancel(expr)))
+        candidates.append(sp.expand(sp.factor_terms(sp.cancel(expr))))
+    for c in candidates:
+        if c.has(sp.Piecewise) and not expr.has(sp.Piecewise):
+            continue
+        c_ops = sp.count_ops(c)
+        if c_ops <= best_ops:
+            best, best_ops = c, c_ops
+    return best
+
+
+def _nested_fraction(expr) -> bool:
+    """A denominator that is itself a sum (a rational function that expansion does not tidy)."""
+    return any(p.exp.is_negative and p.base.is_Add for p in expr.atoms(sp.Pow))
+
+
+def is_rational(expr) -> bool:
+    """Only symbols and numbers combined by +, * and integer powers."""
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if e.is_Symbol or e.is_Number:
+            continue
+        if e.is_Add or e.is_Mul:
+            stack.extend(e.args)
+        elif e.is_Pow and e.exp.is_Integer:
+            stack.append(e.base)
+        else:
+            return False
+    return True
+
+
+def close(expr, subs):
+    for _ in range(50):
+        new = expr.xreplace(subs)
+        if new == expr:
+            return expr
+        expr = new
+    return expr
+
+
+
+def eliminate_aliases(eqs, unknowns, subs):
+    """Equations a − b = 0 or a + b = 0 between two unknowns: substitute a := ±b."""
+
+    def pick(r):
+        if len(r.free_symbols) != 2 or not r.free_symbols <= unknowns:
+            return None
+        a, b = sorted(r.free_symbols, key=lambda s: s.name)
+        ca, cb = sp.diff(r, a), sp.diff(r, b)
+        if not (ca.is_number and cb.is_number and abs(ca) == abs(cb) and sp.expand(r - ca * a - cb * b) == 0):
+            return None
+        return a, -cb / ca * b
+
+    return substitute(eqs, subs, pick)
+
+
+def sort_causal(eqs, unknowns, subs):
+    """Repeatedly solve an equation that has exactly one unknown, in which it appears linearly."""
+
+    def pick(r):
+        free = r.free_symbols & unknowns
+        if len(free) != 1:
+            return None
+        (v,) = free
+        c = sp.diff(r, v)
+        if v in c.free_symbols or c == 0:
+            return None
+        value = -(r - c * v).xreplace({v: 0}) / c
+        return v, (sp.expand(value) if sp.count_ops(value) < 60 else value)
+
+    return substitute(eqs, subs, pick)
+
+
+def substitute(eqs, subs, pick):
+    """Apply ``pick`` (residual -> (unknown, value) or None) to the equations until it applies to none, always to the
+    first equation (in statement order) it applies to. A solved unknown is substituted into the equations that contain
+    it, and only those (an index of occurrences keeps a ladder of n sections linear in n, not quadratic); the values in
+    ``subs`` are left in terms of unknowns solved later — :func:`closure` resolves them."""
+    eqs = list(eqs)
+    subs = dict(subs)
+    alive = [True] * len(eqs)
+    occurs: dict = {}
+    for k, (r, _, _) in enumerate(eqs):
+        for x in r.free_symbols:
+            occurs.setdefault(x, set()).add(k)
+    heap = list(range(len(eqs)))
+    queued = set(heap)
+    while heap:
+        k = heapq.heappop(heap)
+        queued.discard(k)
+        if not alive[k]:
+            continue
+        hit = pick(eqs[k][0])
+        if hit is None:
+            continue
+        v, value = hit
+        alive[k] = False
+        subs[v] = value
+        for j in sorted(occurs.pop(v, ())):
+            if not alive[j]:
+                continue
+            r, span, label = eqs[j]
+            eqs[j] = (r.xreplace({v: value}), span, label)
+            for x in value.free_symbols:
+                occurs.setdefault(x, set()).add(j)
+            if j not in queued:
+                heapq.heappush(heap, j)
+                queued.add(j)
+    return [eq for k, eq in enumerate(eqs) if alive[k]], subs
+
+
+def closure(subs: dict) -> dict:
+    """``subs`` with every value written in terms of unsolved symbols only (the values form a DAG: each refers only
+    to unknowns solved after it). Iterative, so a long chain of substitutions does not hit the recursion limit."""
+    out: dict = {}
+    for root in subs:
+        stack = [(root, False)]
+        while stack:
+            v, ready = stack.pop()
+            if v in out:
+                continue
+            value = subs[v]
+            deps = [d for d in value.free_symbols if d in subs and d not in out]
+            if deps and not ready:
+                stack.append((v, True))
+                stack.extend((d, False) for d in deps)
+                continue
+            out[v] = value.xreplace({d: out[d] for d in value.free_symbols if d in out})
+    return out
+
+
+def solve_linear(eqs, remaining):
+    """Solve the equations left after sorting when they are linear and square in the remaining unknowns."""
+    if len(eqs) != len(remaining):
+        return None
+    exprs = [r for r, _, _ in eqs]
+    try:
+        A, b = sp.linear_eq_to_matrix(exprs, remaining)
+    except (sp.PolynomialError, ValueError):
+        return None
+    if A.free_symbols & set(remaining):
+        return None
+    det = A.det(method="berkowitz")
+    if sp.simplify(det) == 0:
+        return None
+    sol = A.LUsolve(b)
+    return {v: tidy(s) for v, s in zip(remaining, sol)}
+
+
+@dataclass(**_FROZEN)
+class PowerBalance:
+    """dE/dt = supplied − dissipated, per term (C1), with its symbolic verification."""
+
+    dHdt: sp.Expr
+    terms: tuple[tuple[str, str, sp.Expr], ...]  # (role, name, power: + supplied / − dissipated)
+    residual: sp.Expr  # dE/dt − (Σ supplied − Σ dissipated): zero when the system conserves power
+    # constraints g(x) = 0 (an index-reduced network): the balance is checked on them (a store's port effort is the
+    # junction's, equal to its ∂H/∂x only where g = 0); empty when it holds identically
+    modulo: tuple[sp.Expr, ...] = ()
+
+
+def power_balance(system: SymbolicSystem) -> PowerBalance:
+    """The power balance of a system with an energy, explicit rates and power terms (from its formalism)."""
+    if system.energy is None:
+        raise PdslError.at("BadOption", f"{system.name} has no energy: there is no power balance to show", system.span)
+    if not system.power_terms and not system.ports:
+        raise PdslError.at("BadOption", f"--power: {system.name} declares no power ports or elements "
+                           "(it applies to port-Hamiltonian networks and structures)", system.span)
+    if not system.is_explicit():
+        raise PdslError.at("NotYetSupported", "the power audit of systems with algebraic unknowns is not implemented yet",
+                           system.span)
+    rates = {s.symbol: e.rhs for s, e in zip(system.states, system.differential)}
+    dHdt = sum((sp.diff(system.energy, x) * f for x, f in rates.items()), sp.Integer(0))
+    terms = tuple((t.role, t.name, t.power) for t in system.power_terms)
+    residual = zero_or_residual(dHdt - sum((t[2] for t in terms), sp.Integer(0)))
+    modulo = ()
+    if residual != 0 and system.constraints:
+        modulo = tuple(c.residual for c in system.constraints)
+        residual = zero_or_residual(on_manifold(residual, modulo, {s.symbol for s in system.states}))
+    return PowerBalance(dHdt=tidy(dHdt), terms=terms, residual=residual, modulo=modulo)
+
+
+def on_manifold(expr, constraints, states):
+    """``expr`` with each constraint g = 0 solved for one of its states (one in which it is linear) substituted."""
+    pending = list(constraints)
+    while pending:
+        g = pending.pop(0)
+        for x in sorted(g.free_symbols & states, key=lambda s: s.name):
+            c = sp.diff(g, x)
+            if c != 0 and x not in c.free_symbols:
+                value = -(g - c * x).xreplace({x: 0}) / c
+                expr = expr.xreplace({x: value})
+                pending = [h.xreplace({x: value}) for h in pending]
+                break
+    return expr
+
+
+def zero_or_residual(expr):
+    """0 when ``expr`` vanishes identically: expansion first (cheap, and enough for networks, whose terms cancel
+    monomial by monomial), then cancel and simplify."""
+    r = sp.expand(expr)
+    if r == 0:
+        return sp.Integer(0)
+    if not r.has(*_NO_SIMPLIFY) and sp.count_ops(r) <= 2 * _TIDY_OPS_LIMIT:
+        r = sp.cancel(sp.together(r))
+    if r == 0:
+        return sp.Integer(0)
+    return sp.simplify(r) if sp.count_ops(r) <= _TIDY_OPS_LIMIT else r
