@@ -1,14 +1,21 @@
-"""The pipeline as a table of contents: parse -> resolve -> lower -> to_casadi."""
+"""The pipeline as a table of contents: parse -> resolve -> lower -> to_casadi.
+
+:func:`compile_model` with a frozen :class:`CompileOptions` is the one composer: the CLI
+commands, ``fit``, ``evaluate``, ``show`` and the tests reach the lowered system through it.
+The lowering it calls asks the formalism registry (:mod:`pdsl.lower.registry`) which plugin
+lowers the model; nothing here knows a formalism by name.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 from .diagnostics import PdslError
 from .lower import lower
 from .lower.ir import SymbolicSystem
+from .lower.registry import LowerOptions
 from .parse.parser import parse_file, parse_text
 from .resolve.model import Model
 from .resolve.resolver import resolve_file
@@ -16,7 +23,33 @@ from .resolve.resolver import resolve_file
 if TYPE_CHECKING:  # casadi is imported only by the stages that need it (`check` does not)
     from .backend.functions import NumericSystem
 
-__all__ = ["load_models", "select_model", "compile_model", "Compiled"]
+__all__ = ["CompileOptions", "load_models", "select_model", "compile_model", "Compiled"]
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """Everything that decides what :func:`compile_model` builds (hashable: a cache key part).
+
+    ``consts`` overrides structural consts (``--const N=5``); ``formulation`` and ``stabilize``
+    go to the lowering; ``seed`` initialises network weights; ``numeric=False`` stops after the
+    symbolic system (``show``, ``check``: no CasADi)."""
+
+    model: str | None = None
+    consts: tuple[tuple[str, int], ...] = ()
+    formulation: str = "hamiltonian"
+    stabilize: str = "none"
+    seed: int = 0
+    numeric: bool = True
+    lowering: LowerOptions = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        consts = self.consts.items() if isinstance(self.consts, Mapping) else self.consts
+        object.__setattr__(self, "consts", tuple(sorted((str(k), int(v)) for k, v in consts)))
+        object.__setattr__(self, "lowering", LowerOptions(self.formulation, self.stabilize))
+
+    @property
+    def const_map(self) -> dict[str, int]:
+        return dict(self.consts)
 
 
 def load_models(source: str | Path, *, text: str | None = None, consts: Mapping[str, int] | None = None) -> tuple[Model, ...]:
@@ -44,20 +77,33 @@ def select_model(models: tuple[Model, ...], name: str | None, path: str = "") ->
 class Compiled:
     model: Model
     system: SymbolicSystem
-    numeric: "NumericSystem"
+    numeric: "NumericSystem | None"
+    options: CompileOptions = CompileOptions()
 
 
 def compile_model(
     source: str | Path,
-    model: str | None = None,
+    options: CompileOptions | str | None = None,
     *,
     text: str | None = None,
     consts: Mapping[str, int] | None = None,
-    formulation: str = "hamiltonian",
-    seed: int = 0,
+    formulation: str | None = None,
+    seed: int | None = None,
 ) -> Compiled:
-    m = select_model(load_models(source, text=text, consts=consts), model, str(source))
-    from .backend.functions import to_casadi
+    """Parse, resolve, lower and (unless ``options.numeric`` is false) translate to CasADi.
 
-    system = lower(m, formulation)
-    return Compiled(model=m, system=system, numeric=to_casadi(system, seed=seed))
+    ``options`` is a :class:`CompileOptions`; for brevity a model name, or the keyword arguments
+    ``consts``/``formulation``/``seed``, build one (they may not be mixed with an options object)."""
+    if not isinstance(options, CompileOptions):
+        options = CompileOptions(model=options, consts=consts or (), formulation=formulation or "hamiltonian",
+                                 seed=seed or 0)
+    elif consts is not None or formulation is not None or seed is not None:
+        raise TypeError("compile_model: give either a CompileOptions or keyword options, not both")
+    m = select_model(load_models(source, text=text, consts=options.const_map), options.model, str(source))
+    system = lower(m, options.lowering)
+    numeric = None
+    if options.numeric:
+        from .backend.functions import to_casadi
+
+        numeric = to_casadi(system, seed=options.seed)
+    return Compiled(model=m, system=system, numeric=numeric, options=options)

@@ -59,7 +59,8 @@ from .. import symbols as S
 from ..diagnostics import Collector, PdslError, Span
 from ..resolve.model import Body, Connector, Model, Param, PointRef
 from .common import FORMULATIONS, check_finite, check_no_unsupported, make_state, partial_derivatives, resolve_input_laws
-from .ir import Constraint, Equation, State, SymbolicSystem
+from .ir import BodySummary, Constraint, Equation, State, SymbolicSystem
+from .registry import Formalism, LowerOptions, register
 
 __all__ = ["lower_cartesian", "node_mass_matrix", "node_mass_inverse", "CartesianSystem", "STABILIZATIONS",
            "BAUMGARTE_PARAMS"]
@@ -110,11 +111,9 @@ class CartesianSystem(SymbolicSystem):
     10 s of 16 s). The result is the same A, b; a row of any other shape falls back
     to the generic read-off.
 
-    ``stabilization`` records how the constraint rows were built (``"none"`` or
-    ``"baumgarte"``, see the module docstring).
+    ``stabilization`` (a field of every system) records how the constraint rows were built
+    (``"none"`` or ``"baumgarte"``, see the module docstring).
     """
-
-    stabilization: str = "none"
 
     def linear_system(self) -> tuple[sp.Matrix, sp.Matrix]:
         w = self.unknowns
@@ -914,4 +913,40 @@ def lower_cartesian(model: Model, formulation: str = "hamiltonian", *, stabilize
         constraints=tuple(Constraint(residual=r.residual, origin=r.origin, label=r.label) for r in rows),
         span=model.span,
         stabilization=stabilize,
+        stabilization_params=BAUMGARTE_PARAMS if stabilize == "baumgarte" else (),
+        bodies=tuple(_body_summary(b) for b in model.bodies),
+        space=model.space,
     )
+
+
+def _body_summary(b: Body) -> BodySummary:
+    return BodySummary(
+        name=b.name,
+        kind="point mass" if b.kind == "point" else f"rigid, dim {b.dim}",
+        mass=b.mass,
+        moments=tuple(b.moments) if b.kind == "rigid" else (),
+        nodes=tuple(b.name + ("." + nn if nn else "") for nn in b.node_names),
+        node_mass_matrix=node_mass_matrix(b.mass, b.moments) if b.kind == "rigid" else None,
+        coordinates=len(b.nodes) * len(b.nodes[0]),
+        span=b.span,
+    )
+
+
+def _lower(model: Model, options: LowerOptions) -> SymbolicSystem:
+    """The plugin's lowering: the Cartesian system, its derived invariants (Φ, Φ̇) and, for the momentum
+    formulation, the CSV's velocity columns."""
+    from dataclasses import replace
+
+    from .common import derived_invariants, velocity_report
+
+    system = lower_cartesian(model, options.formulation, stabilize=options.stabilize)
+    positions = {c for body in model.bodies for node in body.nodes for c in node}
+    report = velocity_report(system, positions) if options.formulation == "hamiltonian" else ()
+    return replace(system, invariants=derived_invariants(system, positions), report=report)
+
+
+CARTESIAN = register(Formalism(
+    name="cartesian", precedence=30, claims=lambda model: bool(model.bodies), lower=_lower,
+    stabilizations=("none", "baumgarte"),
+    describe="bodies in Cartesian coordinates with links, joints, hinges, springs and forces (LANGUAGE.md §3)",
+))

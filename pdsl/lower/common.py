@@ -9,7 +9,7 @@ from ..diagnostics import Collector, PdslError, Span
 from ..resolve.model import Model
 from .ir import Constraint, State, SymbolicSystem
 
-FORMULATIONS = ("hamiltonian", "lagrangian")
+from .registry import FORMULATIONS  # noqa: E402,F401 (one definition, in the registry)
 
 
 def rate_symbol(name: str) -> sp.Symbol:

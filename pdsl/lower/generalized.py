@@ -13,6 +13,7 @@ from ..diagnostics import Collector, PdslError
 from ..resolve.model import Model
 from .common import check_finite, check_no_unsupported, make_state, resolve_input_laws
 from .ir import Constraint, Equation, SymbolicSystem
+from .registry import Formalism, LowerOptions, register
 
 
 def _coords(model: Model, formalism: str):
@@ -226,3 +227,29 @@ def lower_hamiltonian(model: Model) -> SymbolicSystem:
         constraints=(),
         span=model.span,
     )
+
+
+def _lower_lagrangian(model: Model, options: LowerOptions) -> SymbolicSystem:
+    """The plugin's lowering: the Lagrangian system with Φ, Φ̇ and the velocity constraints as invariants."""
+    from dataclasses import replace
+
+    from .common import derived_invariants
+
+    system = lower_lagrangian(model)
+    velocity = tuple(
+        Constraint(residual=c.residual, origin=c.span, label="velocity constraint")
+        for c in model.constraints if c.kind == "velocity"
+    )
+    positions = {c.symbol for c in model.variables_of("coord")}
+    return replace(system, invariants=derived_invariants(system, positions, velocity))
+
+
+LAGRANGIAN = register(Formalism(
+    name="lagrangian", precedence=20, claims=lambda model: model.lagrangian is not None, lower=_lower_lagrangian,
+    describe="generalized coordinates with a Lagrangian, generalized forces and constraints (LANGUAGE.md §4, §5)",
+))
+HAMILTONIAN = register(Formalism(
+    name="hamiltonian", precedence=10, claims=lambda model: model.hamiltonian is not None,
+    lower=lambda model, options: lower_hamiltonian(model),
+    describe="canonical coordinates and momenta with a Hamiltonian (LANGUAGE.md §4)",
+))

@@ -215,7 +215,7 @@ def _motion_rate(num: NumericSystem, x0: np.ndarray, p: np.ndarray, t0: float) -
     T = ca.SX if num.kind == "SX" else ca.MX
     x = T.sym("x", num.nx)
     q = p.copy()
-    q[[num.p_names.index(n) for n in _gain_names()]] = 0.0
+    q[[num.p_names.index(n) for n in num.system.stabilization_params]] = 0.0
     f = num.dae(t0, x, num.z_start, q, ca.DM.zeros(len(num.u_names), 1))[0]
     phi = num.constraints(t0, x, q)
     symbols = set().union(*(c.residual.free_symbols for c in num.system.constraints))
@@ -236,14 +236,8 @@ def _motion_rate(num: NumericSystem, x0: np.ndarray, p: np.ndarray, t0: float) -
     return rate
 
 
-def _gain_names() -> tuple[str, str]:
-    from ..lower.cartesian import BAUMGARTE_PARAMS
-
-    return BAUMGARTE_PARAMS
-
-
 def _stabilization(num: NumericSystem) -> str:
-    return getattr(num.system, "stabilization", "none")
+    return num.system.stabilization
 
 
 def _apply_gains(num, st: "_Setup", X0, grid, alpha, beta, params) -> tuple["_Setup", dict]:
@@ -252,7 +246,7 @@ def _apply_gains(num, st: "_Setup", X0, grid, alpha, beta, params) -> tuple["_Se
         if alpha is not None or beta is not None:
             raise PdslError.at("BadOption", "--baumgarte-alpha/--baumgarte-beta need --stabilize baumgarte")
         return st, {}
-    names = _gain_names()
+    names = num.system.stabilization_params
     given = {n: (params or {})[n] for n in names if n in (params or {})}
     if given and (alpha is not None or beta is not None):
         raise PdslError.at("BadOption", "give the Baumgarte gains either as --baumgarte-alpha/-beta or as --param, not both")
