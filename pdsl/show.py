@@ -57,8 +57,9 @@ _HEAVY_OPS = 60  # above this size, radicals of sums (‖r‖⁵ of dipole field
 _NON_SMOOTH = (sp.Abs, sp.sign, sp.Piecewise, sp.Min, sp.Max, sp.Heaviside)
 
 
-class _Timeout(Exception):
-    pass
+class _Timeout(BaseException):
+    """Raised by the deadline's SIGALRM handler. A BaseException, so that no ``except Exception`` inside
+    sympy swallows it (that let a timed-out simplify run on for minutes, with no alarm left to stop it)."""
 
 
 class _Budget:
