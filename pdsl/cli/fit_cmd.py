@@ -166,19 +166,17 @@ def _print_summary(summary: dict, out_dir: str) -> None:
 def cmd_evaluate(args) -> int:
     import json
 
-    from ..backend.functions import to_casadi
     from ..data.csvio import atomic_path
     from ..fit.data import load_dataset
     from ..fit.evaluate import evaluate, format_table, plot_scores
     from ..fit.run import apply_fitted
-    from ..lower import lower
-    from ..pipeline import load_models, select_model
-    from .main import EXIT_OK, _consts, _write
+    from ..pipeline import compile_model
+    from .main import EXIT_OK, _write, compile_options
 
     if not 0 < args.rtol < 1:
         raise PdslError.at("BadOption", f"--rtol must be between 0 and 1, got {args.rtol}")
-    m = select_model(load_models(args.file, consts=_consts(args.const)), args.model, args.file)
-    num = to_casadi(lower(m, args.formulation))
+    compiled = compile_model(args.file, compile_options(args))
+    m, num = compiled.model, compiled.numeric
     if args.params:
         num = apply_fitted(num, args.params)
     data = load_dataset(args.data, num)

@@ -115,6 +115,14 @@ def _consts(items: list[str]) -> dict[str, int]:
     return out
 
 
+def compile_options(args, *, numeric: bool = True, stabilize: str = "none"):
+    """The frozen :class:`~pdsl.pipeline.CompileOptions` of a command's arguments."""
+    from ..pipeline import CompileOptions
+
+    return CompileOptions(model=getattr(args, "model", None), consts=_consts(args.const),
+                          formulation=getattr(args, "formulation", "hamiltonian"), stabilize=stabilize, numeric=numeric)
+
+
 def _velocity_notes(model) -> list[Diagnostic]:
     """Integrability of the velocity constraints: a note per constraint that is holonomic in disguise."""
     if not any(c.kind == "velocity" for c in model.constraints):
@@ -170,12 +178,11 @@ def cmd_check(args) -> int:
 
 
 def cmd_show(args) -> int:
-    from ..lower import lower
-    from ..pipeline import load_models, select_model
+    from ..pipeline import compile_model
     from ..show import render_system
 
-    m = select_model(load_models(args.file, consts=_consts(args.const)), args.model, args.file)
-    system = lower(m, args.formulation)
+    compiled = compile_model(args.file, compile_options(args, numeric=False))
+    m, system = compiled.model, compiled.system
     sys.stdout.write(render_system(system, args.format, simplify=not args.raw))
     if any(c.kind == "velocity" for c in m.constraints):
         _show_integrability(m)
@@ -230,18 +237,18 @@ def _show_power(system) -> None:
 def cmd_simulate(args) -> int:
     from ..backend.functions import to_casadi
     from ..data.csvio import write_table
-    from ..lower import lower
-    from ..pipeline import load_models, select_model
+    from ..pipeline import compile_model
     from ..sim.simulate import input_from_expression, inputs_from_csv, parse_assignment, parse_float, simulate, time_grid
 
     grid = time_grid(args.t_end, args.dt)
     for opt, v in (("--rtol", args.rtol), ("--atol", args.atol)):
         if v is not None and not (0 < v < 1):
             raise PdslError.at("BadOption", f"{opt} must be between 0 and 1, got {v}")
-    m = select_model(load_models(args.file, consts=_consts(args.const)), args.model, args.file)
     if (args.baumgarte_alpha is not None or args.baumgarte_beta is not None) and args.stabilize != "baumgarte":
         raise PdslError.at("BadOption", "--baumgarte-alpha/--baumgarte-beta need --stabilize baumgarte")
-    system = lower(m, args.formulation, stabilize="baumgarte" if args.stabilize == "baumgarte" else "none")
+    compiled = compile_model(args.file, compile_options(
+        args, numeric=False, stabilize="baumgarte" if args.stabilize == "baumgarte" else "none"))
+    m, system = compiled.model, compiled.system
     if args.power:
         system = _with_power_outputs(m, system)
     num = to_casadi(system)
@@ -440,13 +447,11 @@ def _write(fn, path):
 
 
 def cmd_compile(args) -> int:
-    from ..backend.functions import to_casadi
     from ..compile.targets import compile_to
-    from ..lower import lower
-    from ..pipeline import load_models, select_model
+    from ..pipeline import compile_model
 
-    m = select_model(load_models(args.file, consts=_consts(args.const)), args.model, args.file)
-    num = to_casadi(lower(m, args.formulation))
+    compiled = compile_model(args.file, compile_options(args))
+    m, num = compiled.model, compiled.numeric
     if args.params:
         from ..fit.run import apply_fitted
 

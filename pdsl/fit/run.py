@@ -18,8 +18,7 @@ import numpy as np
 
 from ..backend.functions import NumericSystem, to_casadi
 from ..diagnostics import PdslError
-from ..lower import lower
-from ..pipeline import load_models, select_model
+from ..pipeline import CompileOptions, compile_model
 from . import checkpoint as ck
 from . import outputs as out
 from . import regularize
@@ -85,8 +84,11 @@ def _compile(system, seed: int) -> NumericSystem:
 
 def prepare(model_path: str, model_name: str | None, cfg: FitConfig, consts: Mapping[str, int] | None = None) -> FitRun:
     """Compile, choose parameters, load and split the data, build the loss."""
-    m = select_model(load_models(model_path, consts=consts), model_name, model_path)
-    num = _compile(lower(m, cfg.formulation), cfg.network_seed if cfg.network_seed is not None else cfg.seed)
+    seed = cfg.network_seed if cfg.network_seed is not None else cfg.seed
+    compiled = compile_model(model_path, CompileOptions(model=model_name, consts=consts or (), formulation=cfg.formulation,
+                                                        seed=seed, numeric=False))
+    m = compiled.model
+    num = _compile(compiled.system, seed)
     if cfg.init:  # warm start: a previous fit's parameters and network weights as start values
         num = apply_fitted(num, cfg.init)
     p_start = _start_values(num, cfg.param)

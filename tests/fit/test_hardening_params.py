@@ -286,8 +286,7 @@ def no_model(monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("the model was loaded before the inputs were checked")
 
-    monkeypatch.setattr(run, "load_models", forbidden)
-    monkeypatch.setattr(run, "lower", forbidden)
+    monkeypatch.setattr(run, "compile_model", forbidden)
 
 
 def test_missing_data_is_reported_before_compiling(tmp_path, osc, capsys, no_model):
