@@ -141,7 +141,7 @@ def _velocity_notes(model) -> list[Diagnostic]:
 
 
 def cmd_check(args) -> int:
-    from ..lower import formalism_of
+    from ..lower import formalism_of, lower
     from ..pipeline import load_models
 
     consts, failed = _consts(args.const), []
@@ -155,7 +155,14 @@ def cmd_check(args) -> int:
             print(render(err.diagnostics, color=sys.stderr.isatty()), file=sys.stderr)
             failed.append(path)
             continue
+        lowered = True
         for m in models:
+            try:  # the structural checks of lowering: a model `check` accepts, `show`/`simulate` accept too
+                lower(m)
+            except PdslError as err:
+                print(render(err.diagnostics, color=sys.stderr.isatty()), file=sys.stderr)
+                lowered = False
+                continue
             counts = []
             for label, n in (
                 ("params", len(m.params)), ("inputs", len(m.inputs)), ("outputs", len(m.outputs)),
@@ -170,6 +177,8 @@ def cmd_check(args) -> int:
             notes = _velocity_notes(m)
             if notes:
                 print(render(notes))
+        if not lowered:
+            failed.append(path)
     if failed:
         if len(args.files) > 1:
             print(f"{len(failed)} of {len(args.files)} files failed: {', '.join(failed)}", file=sys.stderr)

@@ -127,3 +127,17 @@ def test_check_notes_a_velocity_constraint_that_is_holonomic_in_disguise(tmp_pat
     assert "slide.phm:4:3: note[HolonomicInDisguise]" in r.stdout
     disk = _pdsl("check", str(REPO / "models" / "rolling_disk.phm"), cwd=tmp_path)
     assert disk.returncode == 0 and "HolonomicInDisguise" not in disk.stdout
+
+
+def test_check_runs_the_structural_checks_of_lowering(tmp_path, capsys):
+    """A model `check` accepts is not rejected by `show` for a structural reason (issue 12 defect 1: an
+    overflowing link length passed `check` and crashed `show`)."""
+    from pdsl.cli.main import main
+
+    src = (Path(__file__).resolve().parents[2] / "models" / "pendulum3.phm").read_text(encoding="utf-8")
+    bad = tmp_path / "big.phm"
+    bad.write_text(src.replace("link ground, b[1], length = l[1]", "link ground, b[1], length = 1e308"), encoding="utf-8")
+    for command in ("check", "show"):
+        assert main([command, str(bad)]) == 2
+        err = capsys.readouterr().err
+        assert f"{bad}:16:3: error[NumericOverflow]" in err and "Traceback" not in err
