@@ -11,6 +11,7 @@ from ..diagnostics import PdslError
 from ..resolve.model import Model
 from .ir import Algebraic, Constraint, Equation, State, SymbolicSystem
 from .registry import FORMULATIONS, LowerOptions, formalism_for
+from .structural import check_structure
 
 __all__ = ["lower", "formalism_of", "LowerOptions", "SymbolicSystem", "State", "Algebraic", "Equation", "Constraint",
            "FORMULATIONS"]
@@ -36,4 +37,6 @@ def lower(model: Model, options: LowerOptions | str = "hamiltonian", *, stabiliz
         raise PdslError.at("BadOption", f"--stabilize {options.stabilize} applies to Cartesian models (bodies with explicit "
                            f"constraints); {model.name} is a {plugin.name} model", model.span,
                            "use --stabilize project, which works for every model with constraints")
-    return plugin.lower(model, options)
+    system = plugin.lower(model, options)
+    check_structure(system)  # the shared structural pass: every system, whichever formalism lowered it
+    return system

@@ -24,7 +24,7 @@ from .ir import SymbolicSystem
 
 __all__ = [
     "tidy", "is_rational", "close", "eliminate_aliases", "sort_causal", "substitute", "closure", "solve_linear",
-    "zero_or_residual", "on_manifold", "PowerBalance", "power_balance",
+    "zero_or_residual", "on_manifold", "PowerBalance", "power_balance", "check_structure",
 ]
 
 _FROZEN = dict(frozen=True, slots=True, kw_only=True)
@@ -257,3 +257,93 @@ def zero_or_residual(expr):
     if r == 0:
         return sp.Integer(0)
     return sp.simplify(r) if sp.count_ops(r) <= _TIDY_OPS_LIMIT else r
+
+
+# ====================================================================== structural balance
+def _matching(rows: list[set], unknowns: list) -> tuple[dict, dict]:
+    """A maximum matching of rows to unknowns they contain (augmenting paths; iterative DFS).
+
+    Returns (row -> unknown index, unknown index -> row). Structural rank = its size; a system
+    whose Jacobian is regular for some parameter values always has a perfect one."""
+    where: dict = {}
+    for j, u in enumerate(unknowns):
+        where[u] = j
+    adj = [sorted(where[u] for u in r if u in where) for r in rows]
+    row_of: dict[int, int] = {}
+    col_of: dict[int, int] = {}
+    for start in range(len(rows)):
+        # cheap pass: a free unknown right away
+        free = next((j for j in adj[start] if j not in row_of), None)
+        if free is not None:
+            row_of[free], col_of[start] = start, free
+            continue
+        parent: dict[int, tuple[int, int]] = {}  # unknown -> (row that reached it, previous unknown or -1)
+        stack = [(start, -1)]
+        seen_rows = {start}
+        found = None
+        while stack and found is None:
+            r, via = stack.pop()
+            for j in adj[r]:
+                if j in parent:
+                    continue
+                parent[j] = (r, via)
+                if j not in row_of:
+                    found = j
+                    break
+                nxt = row_of[j]
+                if nxt not in seen_rows:
+                    seen_rows.add(nxt)
+                    stack.append((nxt, j))
+        if found is None:
+            continue
+        j = found
+        while j != -1:  # flip the augmenting path
+            r, prev = parent[j]
+            row_of[j], col_of[r] = r, j
+            j = prev
+    return col_of, row_of
+
+
+def check_structure(system: SymbolicSystem) -> None:
+    """Structural balance of a lowered system, reported in the user's names and lines.
+
+    The differential rows must determine every rate and multiplier, the algebraic rows every
+    algebraic variable: a maximum matching of rows to the unknowns they contain must be perfect.
+    An unknown left unmatched is reported at its declaration, a row left unmatched at the line it
+    came from (it repeats what other rows determine, or constrains only states)."""
+    from ..diagnostics import Collector
+    from .common import rate_name
+
+    diags = Collector()
+    names = {s.rate: (rate_name(s.rate), s.span) for s in system.states}
+    names.update({m: (f"the multiplier {m.name}", system.span) for m in system.multipliers})
+    names.update({a.symbol: (a.name, a.span) for a in system.algebraics})
+    groups = (
+        ("differential", system.differential, list(system.unknowns)),
+        ("algebraic", system.algebraic, [a.symbol for a in system.algebraics]),
+    )
+    for kind, equations, unknowns in groups:
+        if not equations and not unknowns:
+            continue
+        wanted = set(unknowns)
+        rows = [(e.lhs - e.rhs).free_symbols & wanted for e in equations]
+        col_of, row_of = _matching(rows, unknowns)
+        if len(col_of) == len(equations) == len(unknowns):
+            continue
+        lost = [u for j, u in enumerate(unknowns) if j not in row_of]
+        extra = [e for i, e in enumerate(equations) if i not in col_of]
+        for u in lost:
+            name, span = names.get(u, (u.name, system.span))
+            diags.error("UnbalancedSystem", f"{name} is not determined by the {kind} equations "
+                        f"(no equation is left that could determine it)", span,
+                        "give it an equation, or remove it" if kind == "algebraic" else
+                        "an equation for it is missing, or two equations determine the same quantity")
+        for e in extra:
+            inside = sorted((names.get(u, (u.name, None))[0] for u in (e.lhs - e.rhs).free_symbols & wanted))
+            what = ("it contains no " + ("algebraic variable" if kind == "algebraic" else "derivative") if not inside
+                    else "its unknowns (" + ", ".join(inside) + ") are determined by other equations")
+            diags.error("UnbalancedSystem", f"this {kind} equation determines nothing new: {what}", e.origin,
+                        "a constraint between states only is a higher-index DAE: differentiate it, or write it "
+                        "with the variable it determines" if kind == "algebraic" and not inside else
+                        "remove the redundant equation, or add the unknown it was meant to determine")
+    diags.raise_if_any()
