@@ -71,6 +71,8 @@ class IndexedArray(ArrayRef):
         )
 
     def contiguous(self) -> bool:
+        if not self.indices:  # an empty array (e.g. `for k in 1..0`): the empty vector
+            return True
         return self.indices == tuple(range(min(self.indices), min(self.indices) + len(self.indices)))
 
     def as_value(self):

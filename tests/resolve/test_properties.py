@@ -323,6 +323,10 @@ _EXAMPLES = int(os.environ.get("PDSL_FUZZ_EXAMPLES", "300"))
 @example(  # issue 12 defect 2: a denormal mass reached an eigenvalue computation (LinAlgError)
     text=(MODELS / "pendulum3.phm").read_text(encoding="utf-8").replace("mass = m[i]", "mass = 1e-320"), formulation="hamiltonian"
 )
+@example(  # found by the 30-minute campaign (benchmarks/results_fuzz.md): an empty array in a vector context
+    text=(Path(__file__).resolve().parent / "fuzz_regression_empty_array.phm").read_text(encoding="utf-8"),
+    formulation='hamiltonian',
+)
 def test_mutated_models_fail_only_with_located_pdsl_errors(text, formulation):
     with _hard_limit(30):
         try:
