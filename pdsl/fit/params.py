@@ -258,6 +258,15 @@ def _bad(path: str, text: str, message: str, *keys: str, hint: str | None = None
     return PdslError.at(code, message, _locate(path, text, *keys, key=key), hint)
 
 
+def bounds_violation(param, value: float) -> str | None:
+    """The declared bounds ``"[a, b]"`` of ``param`` when ``value`` lies outside them (inclusive), else None."""
+    if (param.lower is not None and value < param.lower) or (param.upper is not None and value > param.upper):
+        lo = "−∞" if param.lower is None else f"{param.lower:g}"
+        hi = "∞" if param.upper is None else f"{param.upper:g}"
+        return f"[{lo}, {hi}]"
+    return None
+
+
 def read_params_file(path: str | Path, num: NumericSystem) -> FittedParams:
     """Read and check a ``params.json`` against ``num``; every problem is a located error.
 
@@ -319,10 +328,9 @@ def read_params_file(path: str | Path, num: NumericSystem) -> FittedParams:
         if not math.isfinite(x):
             raise _bad(name, text, f"`{key}` must be a finite number, got {x}", "values", key)
         q = known[key]
-        if (q.lower is not None and x < q.lower) or (q.upper is not None and x > q.upper):
-            lo = "−∞" if q.lower is None else f"{q.lower:g}"
-            hi = "∞" if q.upper is None else f"{q.upper:g}"
-            raise _bad(name, text, f"`{key}` = {x:g} is outside its declared bounds [{lo}, {hi}]", "values", key,
+        outside = bounds_violation(q, x)
+        if outside:
+            raise _bad(name, text, f"`{key}` = {x:g} is outside its declared bounds {outside}", "values", key,
                        hint=f"declared at {q.span}" if q.span is not None else None)
         out[key] = x
     nets = data.get("networks")

@@ -26,7 +26,7 @@ from .config import FitConfig, fingerprint, resolve_defaults
 from .data import Dataset, make_chunks, split_validation, load_dataset
 from .loss import ChunkLoss, LossSpec
 from .backends import make_loss
-from .params import ParamLayout, make_layout
+from .params import ParamLayout, bounds_violation, make_layout
 from .ipopt import ipopt, make_segments, multiple_shooting
 from .train import Result, TrainOptions, adamw, gauss_newton
 
@@ -58,10 +58,9 @@ def _start_values(num: NumericSystem, values: Mapping[str, float]) -> np.ndarray
             raise PdslError.at("BadOption", f"--param {name}: `{name}` is not a parameter of {num.system.name}",
                                hint="parameters: " + (", ".join(phys) or "none"))
         q = num.system.params[phys.index(name)]
-        v = float(values[name])
-        if (q.lower is not None and v < q.lower) or (q.upper is not None and v > q.upper):
-            lo, hi = ("−∞" if q.lower is None else f"{q.lower:g}"), ("∞" if q.upper is None else f"{q.upper:g}")
-            raise PdslError.at("BadOption", f"--param {name}: {v:g} is outside the declared bounds [{lo}, {hi}]",
+        outside = bounds_violation(q, float(values[name]))
+        if outside:
+            raise PdslError.at("BadOption", f"--param {name}: {float(values[name]):g} is outside the declared bounds {outside}",
                                hint=f"`{name}` is declared at {q.span}")
     return num.param_vector(dict(values))
 
@@ -166,20 +165,18 @@ _HUGE = 1e150  # data beyond this magnitude cannot be fitted in double precision
 
 
 def _row_span(path: str, line: int, column: str | None = None):
-    """The cell of ``column`` on file line ``line`` (the whole line when the column is not found)."""
+    """The cell of the column named ``column`` on file line ``line`` (the whole line when it is not found)."""
     import csv
 
-    from ..diagnostics import Span, source_text
+    from ..data.csvio import cell_span
+    from ..diagnostics import source_text
 
-    lines = (source_text(path) or "").splitlines()
-    if not 0 < line <= len(lines):
-        return Span.point(path, max(line, 1), 1)
-    header = next(csv.reader([lines[0]]), [])
-    cells = next(csv.reader([lines[line - 1]]), [])
-    if column in header and header.index(column) < len(cells):
-        k = header.index(column)
-        return Span.point(path, line, 1 + sum(len(c) + 1 for c in cells[:k]), max(len(cells[k]), 1))
-    return Span.point(path, line, 1, max(len(lines[line - 1]), 1))
+    first = (source_text(path) or "").split("\n", 1)[0]
+    try:
+        header = next(csv.reader([first]), []) if first else []
+    except csv.Error:  # a header cell beyond csv's field limit: point at the line
+        header = []
+    return cell_span(path, line, header.index(column) if column in header else len(header) + 1)
 
 
 def _check_magnitudes(data: Dataset) -> None:

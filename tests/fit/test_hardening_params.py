@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from fit_helpers import NN_PENDULUM, cli
+from fit_helpers import NN_PENDULUM, cli, simulate_csv
 
 from pdsl.diagnostics import PdslError
 
@@ -34,9 +34,7 @@ def osc(tmp_path_factory):
     d = tmp_path_factory.mktemp("osc")
     model = d / "osc.phm"
     model.write_text(OSC)
-    data = d / "osc.csv"
-    assert cli("simulate", model, "--t-end", 0.6, "--dt", 0.03, "--random-init", 4, "--random-scale", 0.5,
-               "--param", "k=2", "-o", data) == 0
+    data = simulate_csv(model, d / "osc.csv", 4, 0.6, 0.03, "--param", "k=2")
     return SimpleNamespace(model=model, data=data, dir=d)
 
 
