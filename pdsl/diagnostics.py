@@ -48,6 +48,9 @@ class Span:
     col: int
     end_line: int
     end_col: int
+    # the chain of `use` lines that brought this statement into the model, innermost first:
+    # (instance name, path, line) — empty for a statement of the model itself
+    via: tuple = ()
 
     @staticmethod
     def point(path: str, line: int, col: int, width: int = 1) -> "Span":
@@ -55,6 +58,13 @@ class Span:
 
     def __str__(self) -> str:
         return f"{self.path}:{self.line}:{self.col}"
+
+    @property
+    def chain(self) -> str:
+        """`` (via upper, two_links.phm:6)``: the instance chain, or the empty string."""
+        if not self.via:
+            return ""
+        return " (via " + ", ".join(f"{name}, {Path(path).name}:{line}" for name, path, line in self.via) + ")"
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +177,8 @@ def render(diagnostics, color: bool = False) -> str:
     for d in diagnostics:
         where = f"{d.span}: " if d.span else ""
         head = f"{d.severity}[{d.code}]"
+        if d.span is not None and d.span.via:
+            head += d.span.chain
         if color:
             tint = {"error": "31", "warning": "33"}.get(d.severity, "36")
             head = f"\x1b[1;{tint}m{head}\x1b[0m"

@@ -9,6 +9,7 @@ import sympy as sp
 from . import symbols as S
 from .lower.common import rate_name
 from .lower.ir import SymbolicSystem
+from .printing import to_text
 
 __all__ = ["render_system", "FORMATS"]
 
@@ -192,7 +193,7 @@ class _Printer:
     def expr(self, e: sp.Expr) -> str:
         if self.fmt == "latex":
             return sp.latex(e, symbol_names=self.latex_names)
-        return sp.sstr(e.xreplace(self.rename))
+        return to_text(e.xreplace(self.rename))  # sstr, with `if c then a else b` for conditionals
 
     def eq(self, lhs, rhs) -> str:
         if self.fmt == "latex":
@@ -302,7 +303,7 @@ def _is_rate_identity(eq) -> bool:
 
 
 def _block(body: str, fmt: str, prefix: str, origin, label: str = "") -> str:
-    where = f"{origin.path}:{origin.line}" if origin else ""
+    where = f"{origin.path}:{origin.line}{origin.chain}" if origin else ""
     note = f"{label}, " if label else ""
     if fmt == "latex":
         return f"\\begin{{equation}} {prefix.replace('E = ', 'E = ')}{body} \\end{{equation}} % {note}{where}"

@@ -398,7 +398,6 @@ def _collect(model: Model) -> _Net:
     equations, ports, states = [], {}, []
     energy = sp.Integer(0)
     junctions = [e for e in model.elements if e.kind == "junction"]
-    named_junctions = {j.name: j for j in junctions if j.name}
     for el in model.elements:
         if el.kind == "store":
             d = el.data
@@ -431,47 +430,59 @@ def _collect(model: Model) -> _Net:
                 diags.extend(err)
             for p in el.data["ports"]:
                 ports[f"{el.name}.{p}"] = ("twoport", el.span)
-    for name, j in named_junctions.items():
-        ports[name] = ("bond", j.span)
-    # every port in exactly one junction (a bond: once in its parent's list, implicitly in its own junction)
+    # Bonds. A named junction (and each port of a `connect` node, an alias of the node's junction) is a bond
+    # target: every appearance of its name in another junction's list is one bond, named after the name written
+    # there (a second appearance of the same name gets `name@parent`), so a ladder's 1-junction may be bonded to
+    # the node before it and the node after it.
+    targets: dict[str, Element] = {}
+    for j in junctions:
+        if j.name:
+            targets[j.name] = j
+        for alias in j.data.get("aliases", ()):
+            targets[alias] = j
+    appearances: dict[str, list] = {}
+    for j in junctions:
+        for idx, (_sign, port, _span) in enumerate(j.data["members"]):
+            if port in targets:
+                appearances.setdefault(port, []).append((j, idx))
+    bond_name: dict[tuple[int, int], str] = {}
+    child_bonds: dict[int, list] = {}
+    for port, apps in appearances.items():
+        target = targets[port]
+        for k, (parent, idx) in enumerate(apps):
+            name = port if k == 0 else f"{port}@{parent.name or f'line {parent.span.line}'}"
+            sign, _, span = parent.data["members"][idx]
+            bond_name[(id(parent), idx)] = name
+            ports[name] = ("bond", target.span)
+            # seen from the target: a plain member of the parent takes power from the parent and so delivers it
+            # into the target (−1); a `-` member delivers power into the parent, taken from the target (+1)
+            child_bonds.setdefault(id(target), []).append((-sign, name, target.span))
     seen: dict[str, Span] = {}
     signs: dict[str, int] = {}
-    parent_sign = {port: sign for j in junctions for sign, port, _ in j.data["members"] if port in named_junctions}
     for j in junctions:
-        members = list(j.data["members"])
-        if j.name and j.name in parent_sign:
-            # the bond seen from this junction: a plain member of the parent takes power from the parent and so
-            # delivers it into this junction (−1); a `-` member delivers power into the parent, taken from here (+1)
-            members.append((-parent_sign[j.name], j.name, j.span))
-        for sign, port, span in j.data["members"]:
+        listed = [(sign, bond_name.get((id(j), idx), port), span) for idx, (sign, port, span) in enumerate(j.data["members"])]
+        members = listed + child_bonds.get(id(j), [])
+        for sign, port, span in listed:
             if port not in ports:
                 diags.error("UnknownName", f"`{port}` is not a p-H element, two-port port or named junction", span,
                             "two-port ports are written `tr.a`")
                 continue
             if port in seen:
-                if ports[port][0] == "bond":
-                    diags.error("PortConnectedTwice", f"junction `{port}` is already bonded to the junction at line "
-                                f"{seen[port].line}", span, "a bond joins two junctions, so a named junction appears in "
-                                "one other junction's list; bond it to more junctions by naming those and listing them "
-                                "in its own list")
-                else:
-                    diags.error("PortConnectedTwice", f"`{port}` is already connected to the junction at line "
-                                f"{seen[port].line}", span, "each port belongs to exactly one junction")
+                diags.error("PortConnectedTwice", f"`{port}` is already connected to the junction at line "
+                            f"{seen[port].line}", span, "each port belongs to exactly one junction")
             seen[port] = span
             signs[port] = sign
         if diags:
             continue
+        if len(members) < 2:
+            diags.error("BadJunction", f"junction `{j.name}` has {len(members)} bond(s): it connects nothing", j.span,
+                        "a junction joins at least two ports")
+            continue
         equations += _junction(j, members)
-    bonds_used = {port for j in junctions for _, port, _ in j.data["members"] if port in named_junctions}
     for port, (role, span) in ports.items():
-        if role == "bond" and port not in bonds_used:
-            continue  # a named top-level junction with no parent: no bond
         if port not in seen:
             diags.error("UnconnectedPort", f"`{port}` ({role}) is not connected to any junction", span,
                         "list it in a `junction common_effort(...)` or `common_flow(...)`")
-    for name, j in named_junctions.items():
-        if name not in bonds_used:
-            ports.pop(name)
     _check_sources(model, junctions, ports, diags)
     diags.raise_if_any()
     return _Net(model=model, equations=equations, ports=ports, signs=signs, states=states, energy=energy)

@@ -95,6 +95,41 @@ class Vector(Expr):
     items: tuple[Expr, ...]
 
 
+@dataclass(**_FROZEN)
+class IfExpr(Expr):
+    """``if cond then a else b``."""
+
+    cond: Expr
+    then: Expr
+    orelse: Expr
+
+
+@dataclass(**_FROZEN)
+class Compare(Expr):
+    op: str  # one of < <= > >= == !=
+    left: Expr
+    right: Expr
+
+
+@dataclass(**_FROZEN)
+class BoolOp(Expr):
+    op: str  # and | or
+    left: Expr
+    right: Expr
+
+
+@dataclass(**_FROZEN)
+class Not(Expr):
+    operand: Expr
+
+
+@dataclass(**_FROZEN)
+class Text(Expr):
+    """A string literal; only an attribute value (``{unit = "kg"}``), never a number."""
+
+    value: str
+
+
 # ---------------------------------------------------------------- statements
 @dataclass(**_FROZEN)
 class Range:
@@ -171,6 +206,8 @@ class ConnectorStmt(Stmt):
     kind: str  # link | joint | hinge | spring | damper
     args: tuple[Expr, ...]
     kwargs: tuple[KwArg, ...]
+    name: str | None = None  # ``joint pivot: A, B``: a named joint (``pivot.angle``, ``pivot.rate``)
+    name_span: Span | None = None
 
 
 @dataclass(**_FROZEN)
@@ -278,6 +315,10 @@ class JunctionStmt(Stmt):
     members: tuple[Expr, ...]  # names, ``tr.a``, ``cap[i]``, ``-x``, or a MemberLoop of these
     index: tuple[Expr, ...] = ()
     name_span: Span | None = None
+    # made by `connect` (pdsl.compose): a node of power ports. Its bonds are the ports themselves, each listed
+    # in its own model's junction: the junction's name is the first port, ``aliases`` are the others
+    aliases: tuple[str, ...] = ()
+    node: bool = False
 
 
 @dataclass(**_FROZEN)
@@ -289,26 +330,75 @@ class StructureStmt(Stmt):
 @dataclass(**_FROZEN)
 class ImportStmt(Stmt):
     path: str
+    alias: str | None = None  # ``import "x.phm" as lib``: its models are ``lib.Name``
+
+
+@dataclass(**_FROZEN)
+class PortDecl:
+    """``pivot`` (a point port), ``p: electrical`` (a power port), ``axle: rotational = pivot.rate``
+    (a kinematic port: its across value is a velocity of the model's mechanics)."""
+
+    span: Span
+    name: str
+    domain: str | None
+    domain_span: Span | None
+    across: Expr | None
 
 
 @dataclass(**_FROZEN)
 class PortStmt(Stmt):
-    names: tuple[str, ...]
+    ports: tuple[PortDecl, ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.ports)
 
 
 @dataclass(**_FROZEN)
 class UseStmt(Stmt):
     name: str
     range: Range | None
-    model: str
+    model: str  # ``Link`` or ``lib.Link``
     args: tuple[Expr, ...]
     kwargs: tuple[KwArg, ...]
+    name_span: Span | None = None
+    model_span: Span | None = None
 
 
 @dataclass(**_FROZEN)
 class ConnectStmt(Stmt):
-    a: Expr
-    b: Expr
+    members: tuple[Expr, ...]
+
+
+@dataclass(**_FROZEN)
+class AnalogyStmt(Stmt):
+    """``analogy force = flow`` (mobility) or ``force = effort`` (the default, bond-graph)."""
+
+    quantity: str
+    variable: str
+
+
+@dataclass(**_FROZEN)
+class KinematicPortStmt(Stmt):
+    """Made by :mod:`pdsl.compose` from ``port axle: rotational = pivot.rate``: a velocity of the mechanics whose
+    conjugate (the through value) enters the mechanics as a generalized force (``force … on axle``)."""
+
+    name: str
+    domain: str
+    across: Expr
+
+
+@dataclass(**_FROZEN)
+class InterfaceStmt(Stmt):
+    """Made by :mod:`pdsl.compose` from ``connect`` of a kinematic port and a power port of a p-H part: the p-H
+    port ``port`` (a member of its junction) meets the velocity ``across``; ``across_is`` says which of the p-H
+    port's variables is the across value (``flow`` for mechanical ports under the default analogy)."""
+
+    port: str
+    kinematic: str
+    domain: str
+    across: Expr
+    across_is: str  # effort | flow
 
 
 # ---------------------------------------------------------------- file level

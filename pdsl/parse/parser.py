@@ -218,6 +218,11 @@ class _ToAst(Transformer_NonRecursive):
     def attr(self, meta, items):
         return A.Attribute(span=self._sp(meta), name=str(items[0]), value=items[1])
 
+    def attr_text(self, meta, items):
+        """``unit = "kg"``: a string value (its span covers the quotes)."""
+        name, tok = items
+        return A.Attribute(span=self._sp(meta), name=str(name), value=A.Text(span=_span_of(self.path, tok), value=str(tok)[1:-1]))
+
     def space_stmt(self, meta, items):
         return A.SpaceStmt(span=self._sp(meta), dim=items[0])
 
@@ -244,9 +249,11 @@ class _ToAst(Transformer_NonRecursive):
         )
 
     def connector_stmt(self, meta, items):
-        kind, args = items
+        kind, name, args = items
         a, k = _split_args(args)
-        return A.ConnectorStmt(span=self._sp(meta), kind=str(kind), args=a, kwargs=k)
+        return A.ConnectorStmt(span=self._sp(meta), kind=str(kind), args=a, kwargs=k,
+                               name=str(name) if name is not None else None,
+                               name_span=_span_of(self.path, name) if name is not None else None)
 
     def gravity_stmt(self, meta, items):
         return A.GravityStmt(span=self._sp(meta), g=items[0], along=items[1])
@@ -344,18 +351,31 @@ class _ToAst(Transformer_NonRecursive):
 
     # -- composition
     def import_stmt(self, meta, items):
-        return A.ImportStmt(span=self._sp(meta), path=str(items[0])[1:-1])
+        alias = items[1] if len(items) > 1 else None
+        return A.ImportStmt(span=self._sp(meta), path=str(items[0])[1:-1], alias=str(alias) if alias is not None else None)
 
     def port_stmt(self, meta, items):
-        return A.PortStmt(span=self._sp(meta), names=items[0])
+        return A.PortStmt(span=self._sp(meta), ports=tuple(items))
+
+    def port_decl(self, meta, items):
+        name, domain, across = items
+        return A.PortDecl(span=self._sp(meta), name=str(name), domain=str(domain) if domain is not None else None,
+                          domain_span=_span_of(self.path, domain) if domain is not None else None, across=across)
+
+    def model_ref(self, meta, items):
+        return A.Name(span=self._sp(meta), id=".".join(str(t) for t in items))
 
     def use_stmt(self, meta, items):
         name, rng, model, args = items
         a, k = _split_args(args)
-        return A.UseStmt(span=self._sp(meta), name=str(name), range=rng, model=str(model), args=a, kwargs=k)
+        return A.UseStmt(span=self._sp(meta), name=str(name), range=rng, model=model.id, args=a, kwargs=k,
+                         name_span=_span_of(self.path, name), model_span=model.span)
 
     def connect_stmt(self, meta, items):
-        return A.ConnectStmt(span=self._sp(meta), a=items[0], b=items[1])
+        return A.ConnectStmt(span=self._sp(meta), members=tuple(items))
+
+    def analogy_stmt(self, meta, items):
+        return A.AnalogyStmt(span=self._sp(meta), quantity=str(items[0]), variable=str(items[1]))
 
     # -- arguments
     def arg_list(self, meta, items):
@@ -379,6 +399,32 @@ class _ToAst(Transformer_NonRecursive):
     mul = _binop("*")
     div = _binop("/")
     pow = _binop("^")
+
+    def _compare(op):  # noqa: N805
+        def rule(self, meta, items):
+            return A.Compare(span=self._sp(meta), op=op, left=items[0], right=items[1])
+
+        return rule
+
+    lt = _compare("<")
+    le = _compare("<=")
+    gt = _compare(">")
+    ge = _compare(">=")
+    eq = _compare("==")
+    ne = _compare("!=")
+
+    def and_(self, meta, items):
+        return A.BoolOp(span=self._sp(meta), op="and", left=items[0], right=items[1])
+
+    def or_(self, meta, items):
+        return A.BoolOp(span=self._sp(meta), op="or", left=items[0], right=items[1])
+
+    def not_(self, meta, items):
+        return A.Not(span=self._sp(meta), operand=items[0])
+
+    def if_expr(self, meta, items):
+        cond, then, orelse = items
+        return A.IfExpr(span=self._sp(meta), cond=cond, then=then, orelse=orelse)
 
     def neg(self, meta, items):
         return A.Neg(span=self._sp(meta), operand=items[0])

@@ -168,6 +168,22 @@ class Element:
 
 
 @dataclass(**_FROZEN)
+class Interface:
+    """A kinematic port of the mechanics connected to a power port of a p-H part (LANGUAGE.md §10).
+
+    The p-H port is a source element named ``port`` whose value is ``placeholder``; the lowering decides its
+    causality: it imposes the across value (``placeholder`` := the velocity ``across``) where the network accepts
+    it, else it imposes the through value, which becomes an interface multiplier with the tie as invariant."""
+
+    port: str
+    kinematic: str
+    across: sp.Expr  # linear in der(...) of the mechanics
+    across_is: str  # effort | flow: which variable of the p-H port is the across value
+    placeholder: sp.Symbol
+    span: Span
+
+
+@dataclass(**_FROZEN)
 class Model:
     name: str
     doc: str | None
@@ -191,6 +207,7 @@ class Model:
     forces: tuple[Force, ...] = ()
     generalized_forces: tuple[GeneralizedForce, ...] = ()
     elements: tuple[Element, ...] = ()
+    interfaces: tuple[Interface, ...] = ()
     unsupported: tuple[tuple[str, Span], ...] = field(default=())
 
     def variables_of(self, kind: str) -> tuple[Variable, ...]:

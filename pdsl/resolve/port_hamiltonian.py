@@ -82,9 +82,10 @@ def resolve_ph(stmt: A.Stmt, ev: Evaluator, *, name: str | None = None, state: s
                                "common_effort (0-junction) or common_flow (1-junction)")
         pairs = members if members is not None else [(m, ev) for m in stmt.members]
         members = tuple(_member(m, local) for m, local in pairs)
-        if len(members) < 2:
+        if len(members) < 2 and not stmt.node:
             raise PdslError.at("BadJunction", "a junction connects at least two ports", stmt.span)
-        return Element(kind="junction", name=name, span=stmt.span, data={"kind": stmt.kind, "members": members})
+        return Element(kind="junction", name=name, span=stmt.span,
+                       data={"kind": stmt.kind, "members": members, "aliases": tuple(stmt.aliases)})
     if isinstance(stmt, A.StructureStmt):
         if stmt.args:
             raise PdslError.at("WrongArity", "structure takes named matrices: J = ..., R = ..., B = ...", stmt.args[0].span)

@@ -27,7 +27,9 @@ from .expressions import (
     BodyRef,
     ElementRef,
     Evaluator,
+    JointRef,
     NeuralRef,
+    PortRef,
     Scope,
     Unusable,
     as_number,
@@ -53,15 +55,18 @@ _CONNECTOR_OPTIONS: Mapping[str, Mapping[str, bool]] = {
 
 
 def resolve_file(file: A.File, const_overrides: Mapping[str, int] | None = None) -> tuple[M.Model, ...]:
-    """Resolve every model of a file (errors of all models are collected)."""
+    """Resolve every model of a file (errors of all models are collected). A model with instances, ports or
+    connections is flattened first (:mod:`pdsl.compose`); imports are read once for the whole file."""
+    from ..compose import flatten, load_program, uses_composition
+
     diags = Collector()
-    for imp in file.imports:
-        diags.error(
-            "NotYetSupported",
-            "`import` (model composition) is parsed but not lowered yet",
-            imp.span,
-            "put the models you need in one file for now",
-        )
+    program = None
+    if file.imports or any(uses_composition(m) or any(isinstance(s, A.ImportStmt) for s in m.body) for m in file.models):
+        try:
+            program = load_program(file)
+        except PdslError as err:
+            diags.extend(err)
+            diags.raise_if_any()
     seen: dict[str, A.ModelDef] = {}
     models = []
     for m in file.models:
@@ -74,6 +79,8 @@ def resolve_file(file: A.File, const_overrides: Mapping[str, int] | None = None)
             continue
         seen[m.name] = m
         try:
+            if program is not None and uses_composition(m):
+                m = flatten(program, m, const_overrides or {})
             models.append(resolve(m, const_overrides or {}))
         except PdslError as err:
             diags.extend(err)
@@ -126,6 +133,7 @@ class _Resolver:
         out: dict[str, list] = {k: [] for k in (
             "params", "inputs", "outputs", "variables", "neural", "equations", "constraints",
             "bodies", "connectors", "gravity", "potentials", "forces", "generalized_forces", "elements", "unsupported",
+            "interfaces",
         )}
         single: dict[str, M.Located | None] = {"lagrangian": None, "hamiltonian": None}
         # pass 1: declarations (names usable anywhere in the model)
@@ -142,9 +150,15 @@ class _Resolver:
                 continue
             self._guard(h, stmt, out)
         self._declare_elements(body)
+        for stmt in body:  # named joints, then kinematic ports (their velocities may use the joints)
+            if isinstance(stmt, A.ConnectorStmt) and stmt.name:
+                self._guard(self._declare_joint, stmt)
+        for stmt in body:
+            if isinstance(stmt, A.KinematicPortStmt):
+                self._guard(self._declare_kinematic_port, stmt)
         # pass 2: everything that uses names
         for stmt in body:
-            if type(stmt) in decl_handlers or isinstance(stmt, A.SpaceStmt) or self._uses_composition(stmt):
+            if type(stmt) in decl_handlers or isinstance(stmt, A.SpaceStmt | A.KinematicPortStmt) or self._uses_composition(stmt):
                 continue
             self._guard(self._statement, stmt, out, single)
         # deferred: values of params/inputs/outputs (they may use any name)
@@ -220,6 +234,8 @@ class _Resolver:
             return value.applyfunc(lambda x: self._der_of(x, span))
         if isinstance(value, sp.Symbol) and value in self._der_targets():
             return S.der(value)
+        if isinstance(value, sp.Expr) and not isinstance(value, sp.Symbol) and value.free_symbols & self._der_targets():
+            return self._chain_rule(value, span)
         if isinstance(value, sp.Symbol) and S.is_der(value):
             raise PdslError.at(
                 "BadDerivative",
@@ -232,6 +248,21 @@ class _Resolver:
             f"`der(...)` takes a state variable (var, coord, momentum or a body coordinate), not `{value}`",
             span,
         )
+
+    def _chain_rule(self, value: sp.Expr, span: Span) -> sp.Expr:
+        """``der(norm(b2 - b1))``: Σ ∂v/∂x·der(x) over the states in v (+ ∂v/∂t); parameters are constant."""
+        targets = value.free_symbols & self._der_targets()
+        params = {d.value for d in self.names.values() if d.kind == "param" and isinstance(d.value, sp.Symbol)}
+        params |= {x for d in self.names.values() if d.kind == "param" and isinstance(d.value, ArrayRef) for x in d.value.items}
+        other = value.free_symbols - targets - params - {S.TIME}
+        if other:
+            names = ", ".join(sorted(f"`{x}`" for x in other))
+            raise PdslError.at("BadDerivative", f"`der(...)` of an expression of {names}, whose derivative is not known "
+                               "(inputs, der(...) terms)", span, "der(...) of an expression may use states, parameters and t")
+        out = sp.diff(value, S.TIME) if S.TIME in value.free_symbols else sp.Integer(0)
+        for x in sorted(targets, key=lambda s: s.name):
+            out += sp.diff(value, x) * S.der(x)
+        return out
 
     def _der_targets(self) -> set:
         """Every symbol ``der`` applies to (cached: it is asked once per ``der`` in the model)."""
@@ -510,6 +541,8 @@ class _Resolver:
             elif isinstance(stmt, A.JunctionStmt) and stmt.name:
                 self._guard(self._declare_ph_name, stmt, stmt.name, stmt.index, stmt.name_span, "element",
                             lambda n: ElementRef(n, "junction"), arrays)
+                for alias in stmt.aliases:  # a node of connected power ports: each port is one of its bonds
+                    self._guard(lambda _s, alias=alias: self._bind(alias, "element", stmt.span, ElementRef(alias, "junction")), None)
             if isinstance(stmt, A.StoreStmt):
                 self._guard(self._declare_ph_name, stmt, stmt.state, stmt.state_index, stmt.state_span, "var", S.sym, arrays)
         for name, a in arrays.items():
@@ -735,6 +768,7 @@ class _Resolver:
             A.TwoPortStmt: self._ph_element,
             A.JunctionStmt: self._ph_element,
             A.StructureStmt: self._ph_element,
+            A.InterfaceStmt: self._interface,
         }.get(type(stmt))
         if handler is None:
             self._unsupported(stmt, out)
@@ -848,6 +882,10 @@ class _Resolver:
             q = ev.scalar(stmt.force, "a generalized force")
             out["generalized_forces"].append(M.GeneralizedForce(coord=target, force=q, span=stmt.span))
             return
+        if isinstance(target, PortRef):
+            q = ev.scalar(stmt.force, f"the through value of `{target.name}`")
+            out["generalized_forces"].extend(_port_forces(target.across, q, stmt.span))
+            return
         if not isinstance(target, BodyRef | M.PointRef):
             raise PdslError.at(
                 "TypeMismatch",
@@ -858,6 +896,68 @@ class _Resolver:
         if not (isinstance(f, sp.MatrixBase) and f.shape == (self.space, 1)):
             raise PdslError.at("TypeMismatch", f"a force on a point is a vector of length {self.space}", stmt.force.span)
         out["forces"].append(M.Force(force=f, at=self._point(target, stmt.target.span), span=stmt.span))
+
+    def _declare_joint(self, stmt: A.ConnectorStmt) -> None:
+        """``joint pivot: A, B``: ``pivot.angle`` (planar: B's first principal axis against A's; ground's is the
+        world x axis) and ``pivot.rate`` = der(pivot.angle)."""
+        if stmt.kind not in ("joint", "hinge"):
+            raise PdslError.at("BadConnector", f"only a joint or hinge can be named, not a `{stmt.kind}`", stmt.name_span or stmt.span)
+        if len(stmt.args) != 2:
+            raise PdslError.at("WrongArity", f"`{stmt.kind}` connects two points, got {len(stmt.args)}", stmt.span)
+        ev = self._ev(allow_der=False)
+        a = self._point(ev.eval(stmt.args[0]), stmt.args[0].span)
+        b = self._point(ev.eval(stmt.args[1]), stmt.args[1].span)
+        angle, rate, why = None, None, ""
+        if self.space != 2:
+            why = "a joint angle is defined in the plane (space 2); in 3-D use body points"
+        else:
+            axes = [self._first_axis(p.body) for p in (a, b)]
+            if b.body is None or axes[1] is None or (a.body is not None and axes[0] is None):
+                why = "the joint angle needs rigid bodies (a point mass has no orientation)"
+            else:
+                angle = sp.atan2(axes[1][1], axes[1][0])
+                if a.body is not None:
+                    angle -= sp.atan2(axes[0][1], axes[0][0])
+                rate = self._chain_rule(angle, stmt.span)
+        self._bind(stmt.name, "joint", stmt.name_span or stmt.span, JointRef(stmt.name, angle, rate, why))
+
+    def _first_axis(self, body: str | None):
+        """The world direction of a rigid body's first principal axis, a1 − centre (None: ground or point mass)."""
+        if body is None:
+            return None
+        for d in self.names.values():
+            if d.kind != "body":
+                continue
+            for r in (d.value.items if isinstance(d.value, ArrayRef) else [d.value]):
+                if r.name == body:
+                    if len(r.nodes) < 2:
+                        return None
+                    return [r.nodes[1][k] - r.nodes[0][k] for k in range(self.space)]
+        return None
+
+    def _declare_kinematic_port(self, stmt: A.KinematicPortStmt) -> None:
+        across = self._ev().scalar(stmt.across, f"the velocity of port `{stmt.name}`")
+        ders = {x for x in across.free_symbols if S.is_der(x)}
+        if not ders:
+            raise PdslError.at("BadPort", f"the across value of kinematic port `{stmt.name}` is not a velocity of the model",
+                               stmt.across.span, "write der(x), der(norm(b2 - b1)) or NAME.rate of a named joint")
+        for x in ders:
+            if sp.diff(across, x).free_symbols & ders:
+                raise PdslError.at("BadPort", f"the velocity of port `{stmt.name}` must be linear in the rates der(...)",
+                                   stmt.across.span)
+        self._bind(stmt.name, "port", stmt.span, PortRef(stmt.name, across))
+
+    def _interface(self, stmt: A.InterfaceStmt, bind, out) -> None:
+        ref = self.names.get(stmt.kinematic)
+        if ref is None or not isinstance(ref.value, PortRef):
+            return  # the port's declaration failed (already reported)
+        across = ref.value.across
+        placeholder = S.sym(f"{stmt.port}.{stmt.across_is[0]}")
+        out["interfaces"].append(M.Interface(port=stmt.port, kinematic=stmt.kinematic, across=across,
+                                             across_is=stmt.across_is, placeholder=placeholder, span=stmt.span))
+        kind = "flow" if stmt.across_is == "flow" else "effort"
+        out["elements"].append(M.Element(kind="source", name=stmt.port, span=stmt.span,
+                                         data={"kind": kind, "value": placeholder, "interface": True}))
 
     def _coordinates(self) -> set:
         coords = {d.value for d in self.names.values() if d.kind == "coord" and isinstance(d.value, sp.Symbol)}
@@ -934,6 +1034,16 @@ _MOMENT_HINTS = {
     "moments": "moments are the eigenvalues of the body's mass covariance: positive numbers",
     "inertia": "principal moments of inertia obey the triangle inequality: I1 < I2 + I3, I2 < I1 + I3, I3 < I1 + I2",
 }
+
+
+def _port_forces(across: sp.Expr, through: sp.Expr, span: Span) -> list:
+    """A through value F on a kinematic port y = J(x)·ẋ: the generalized force JᵀF on each coordinate (its power
+    F·y is exactly what the port delivers)."""
+    out = []
+    for d in sorted((x for x in across.free_symbols if S.is_der(x)), key=lambda s: s.name):
+        coef = sp.diff(across, d)
+        out.append(M.GeneralizedForce(coord=S.der_base(d), force=coef * through, span=span))
+    return out
 
 
 def _check_option_sign(kind: str, kw: A.KwArg, value: sp.Expr) -> None:

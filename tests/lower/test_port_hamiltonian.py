@@ -448,9 +448,10 @@ _ERRORS = [
     ("port_in_two_junctions", "  param m = 1.0, k = 2.0\n  flow_store mass(p) energy p^2/(2*m)\n"
      "  effort_store spring(q) energy k*q^2/2\n  resistive damper: f = 0.1*e\n  junction common_effort(mass, spring)\n"
      "  junction common_effort(damper, mass)\n", "PortConnectedTwice", 7, 34, "mass"),
-    ("junction_bonded_twice", "  param m = 1.0, k = 2.0\n  flow_store mass(p) energy p^2/(2*m)\n"
+    # a named junction may be bonded to several junctions (LANGUAGE.md §6); an element may not be in two
+    ("element_in_two_junctions_with_a_bonded_node", "  param m = 1.0, k = 2.0\n  flow_store mass(p) energy p^2/(2*m)\n"
      "  effort_store spring(q) energy k*q^2/2\n  resistive damper: f = 0.1*e\n  junction a: common_effort(mass, spring)\n"
-     "  junction common_flow(a, damper)\n  junction common_flow(a, -damper)\n", "PortConnectedTwice", 8, 24, "a"),
+     "  junction common_flow(a, damper)\n  junction common_flow(a, -damper)\n", "PortConnectedTwice", 8, 28, "damper"),
     ("not_skew", "  var q, p\n  hamiltonian q^2/2 + p^2/2\n  structure J = [[0, 1], [1, 0]]\n", "NotSkew", 4, 17, "skew"),
     ("not_psd", "  param d = 0.3\n  var q, p\n  hamiltonian q^2/2 + p^2/2\n  structure J = [[0, 1], [-1, 0]], R = [[0, 0], [0, -d]]\n",
      "NotPositiveSemidefinite", 5, 40, "-0.3"),

@@ -1,0 +1,13 @@
+"""Composition (LANGUAGE.md §9): imports, instances, ports and connections, flattened to one model.
+
+This stage sits between parsing and resolution: :func:`load_program` reads a file and everything
+it imports (relative paths, the bundled ``std:`` library, ``as`` prefixes, cycles refused);
+:func:`flatten` turns a model that uses instances into one model whose names carry the instance
+prefix (``upper.bob``, ``s[2].q``), whose point ports are aliases, whose power-port connections are
+junctions and whose kinematic-port connections are interface records. Every statement keeps its
+span, extended by the chain of ``use`` lines that brought it in (:attr:`pdsl.diagnostics.Span.via`).
+"""
+
+from .flatten import Program, flatten, load_program, std_dir, uses_composition
+
+__all__ = ["Program", "flatten", "load_program", "std_dir", "uses_composition"]
