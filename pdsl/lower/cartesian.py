@@ -167,6 +167,16 @@ def _layout(model: Model) -> _Layout:
     return _Layout(coords=tuple(coords), spans=tuple(spans), blocks=tuple(blocks), block_of=tuple(block_of), dim=model.space)
 
 
+def _default_start(layout: _Layout, coordinate: sp.Symbol) -> float | None:
+    """LANGUAGE.md §3: a body without start values sits with its centre at the origin and its principal axes along
+    the world axes — the k-th axis point at e_k (so a named joint's angle starts at 0). Centres start at 0 (None)."""
+    for block in layout.blocks:
+        for k, node in enumerate(block.body.nodes[1:], start=1):
+            if coordinate in node:
+                return 1.0 if node.index(coordinate) == k - 1 else 0.0
+    return None
+
+
 def _minv_apply(layout: _Layout, vec) -> SparseVec:
     """(M⁻¹ ⊗ I_d)·vec in the closed form of A2.2, on the bodies vec touches.
 
@@ -425,6 +435,10 @@ def _generalized_force(model: Model, layout: _Layout, velocity, position) -> Spa
             fa = S.as_expr(f.force[axis]).xreplace(rates)
             for j, g in row.items():
                 F.setdefault(j, []).append(g * fa)
+    for g in model.generalized_forces:  # on node coordinates: a kinematic port's JᵀF (LANGUAGE.md §10)
+        if g.coord not in position:
+            raise PdslError.at("TypeMismatch", f"`force … on {g.coord}`: not a coordinate of the bodies", g.span)
+        F.setdefault(position[g.coord], []).append(S.as_expr(g.force).xreplace(rates))
     for c in model.connectors:
         if c.kind == "damper":
             Ja, Jb = _point_jacobian(c.a, coords, position), _point_jacobian(c.b, coords, position)
@@ -750,7 +764,7 @@ def _lagrangian_system(model, layout, rows, terms_V, position, gains=None):
     """Eq. 7: ẋ = v, v̇ = M⁻¹(f + DΦᵀλ), G λ = −DΦ M⁻¹f − (DΦ v)ₓ v (− 2αΦ̇ − β²Φ with Baumgarte)."""
     x = list(layout.coords)
     n = len(x)
-    pos = [make_state(s.name, s, None, span) for s, span in zip(x, layout.spans)]
+    pos = [make_state(s.name, s, _default_start(layout, s), span) for s, span in zip(x, layout.spans)]
     vel = [make_state(_rename_axis(s, "v"), S.sym(_rename_axis(s, "v")), None, span) for s, span in zip(x, layout.spans)]
     v = [s.symbol for s in vel]
     data = _constraint_data(layout, rows, v, position)
@@ -783,7 +797,7 @@ def _hamiltonian_system(model, layout, rows, terms_V, position, gains=None):
     """
     x = list(layout.coords)
     n = len(x)
-    pos = [make_state(s.name, s, None, span) for s, span in zip(x, layout.spans)]
+    pos = [make_state(s.name, s, _default_start(layout, s), span) for s, span in zip(x, layout.spans)]
     mom = [make_state(_rename_axis(s, "p"), S.sym(_rename_axis(s, "p")), None, span) for s, span in zip(x, layout.spans)]
     p = [s.symbol for s in mom]
     vdict = _minv_apply(layout, {i: p[i] for i in range(n)})
@@ -881,7 +895,7 @@ def lower_cartesian(model: Model, formulation: str = "hamiltonian", *, stabilize
     if stabilize not in STABILIZATIONS:
         raise PdslError.at("BadOption", f"unknown constraint stabilisation `{stabilize}`", model.span,
                            "one of: " + ", ".join(STABILIZATIONS))
-    check_no_unsupported(model, {"gravity", "potentials", "forces", "connectors"}, "Cartesian")
+    check_no_unsupported(model, {"gravity", "potentials", "forces", "connectors", "generalized_forces"}, "Cartesian")
     resolve_input_laws(model)
     layout = _layout(model)
     position = {s: i for i, s in enumerate(layout.coords)}

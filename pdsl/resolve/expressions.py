@@ -169,6 +169,26 @@ class BodyRef(Ref):
 
 
 @dataclass(frozen=True)
+class JointRef(Ref):
+    """A named joint or hinge (``joint pivot: A, B``): in 2-D ``pivot.angle`` and ``pivot.rate``."""
+
+    name: str
+    angle: object  # sympy expression, or None where the joint has no angle (3-D, point masses)
+    rate: object
+    why: str = ""  # why there is no angle
+    kind = "joint"
+
+
+@dataclass(frozen=True)
+class PortRef(Ref):
+    """A kinematic port (``port axle: rotational = pivot.rate``): the target of ``force … on axle``."""
+
+    name: str
+    across: object  # sympy expression, linear in the mechanics' der(...) symbols
+    kind = "kinematic port"
+
+
+@dataclass(frozen=True)
 class NeuralRef(Ref):
     name: str
     fn: object
@@ -211,6 +231,7 @@ _SCALAR_FUNCS: Mapping[str, tuple[Callable, int]] = {
     "atan2": (sp.atan2, 2),
     "min": (sp.Min, 2),
     "max": (sp.Max, 2),
+    "smoothstep": (lambda x, w: (1 + sp.tanh(x / w)) / 2, 2),  # a differentiable step of width ~w
 }
 BUILTIN_FUNCTIONS = frozenset(_SCALAR_FUNCS) | {"dot", "norm", "cross", "sum", "der"}
 CONSTANTS = {"pi": sp.pi}
@@ -279,8 +300,18 @@ def _is_scalar(v) -> bool:
     return isinstance(v, sp.Expr) and not isinstance(v, sp.MatrixBase)
 
 
+def is_condition(v) -> bool:
+    """A truth value (comparison, and/or/not, true/false); a sympy Symbol is a Boolean too, but a number here."""
+    return isinstance(v, sp.logic.boolalg.Boolean) and not isinstance(v, sp.Expr)
+
+
 def as_number(v, span: Span, what: str = "this"):
     """A value used in arithmetic: references become their numeric value."""
+    if is_condition(v):
+        raise PdslError.at(
+            "TypeMismatch", "this is a condition (true or false), not a number", span,
+            "use it in `if ... then ... else ...`, e.g. `if t < 1 then 0 else 2`",
+        )
     if isinstance(v, IndexedArray):
         return v.usable_value(span)
     if isinstance(v, BodyRef | ArrayRef):
@@ -400,6 +431,54 @@ class Evaluator:
         v = self.number(e.operand)
         return -v
 
+    # ------------------------------------------------------------ conditionals
+    def condition(self, e: A.Expr):
+        """A condition: a comparison, ``and``/``or``/``not`` of conditions (sympy Boolean)."""
+        v = self.eval(e)
+        if not is_condition(v):
+            raise PdslError.at(
+                "TypeMismatch", f"{_describe(e)} is a number, not a condition", e.span,
+                "a condition compares numbers: `x < 1`, `t >= 2 and t < 3`, `not (v == 0)`",
+            )
+        return v
+
+    def _Compare(self, e: A.Compare):
+        a = self.scalar(e.left, f"the left side of `{e.op}`")
+        b = self.scalar(e.right, f"the right side of `{e.op}`")
+        try:
+            return _RELATIONS[e.op](a, b)
+        except TypeError:
+            raise PdslError.at("TypeMismatch", f"these sides cannot be compared with `{e.op}`", e.span) from None
+
+    def _BoolOp(self, e: A.BoolOp):
+        a, b = self.condition(e.left), self.condition(e.right)
+        return sp.And(a, b) if e.op == "and" else sp.Or(a, b)
+
+    def _Not(self, e: A.Not):
+        return sp.Not(self.condition(e.operand))
+
+    def _IfExpr(self, e: A.IfExpr):
+        """``if c then a else b`` -> Piecewise((a, c), (b, True)), entry by entry for arrays of one shape."""
+        c = self.condition(e.cond)
+        a, b = self.number(e.then), self.number(e.orelse)
+        va, vb = isinstance(a, sp.MatrixBase), isinstance(b, sp.MatrixBase)
+        if va != vb or (va and a.shape != b.shape):
+            raise PdslError.at(
+                "TypeMismatch", f"the branches of this `if` differ in shape: {_shape(a)} after `then`, {_shape(b)} after `else`",
+                e.span,
+            )
+        if c == sp.true:
+            return a
+        if c == sp.false:
+            return b
+        if va:
+            return sp.ImmutableMatrix(a.shape[0], a.shape[1], lambda i, j: sp.Piecewise((a[i, j], c), (b[i, j], True)))
+        return sp.Piecewise((a, c), (b, True))
+
+    def _Text(self, e: A.Text):
+        raise PdslError.at("TypeMismatch", f'the text "{e.value}" is not a number', e.span,
+                           'text is only an attribute value, as in `{unit = "kg"}`')
+
     def _BinOp(self, e: A.BinOp):
         """Left-to-right over a chain ``a + b - c`` without recursing once per operator."""
         start, steps = _left_chain(e)
@@ -463,6 +542,13 @@ class Evaluator:
 
     def _Attr(self, e: A.Attr):
         base = self.eval(e.base)
+        if isinstance(base, JointRef):
+            if e.name not in ("angle", "rate"):
+                raise PdslError.at("UnknownName", f"joint `{base.name}` has no attribute `{e.name}`", e.span,
+                                   "a named joint has .angle and .rate")
+            if base.angle is None:
+                raise PdslError.at("NotYetSupported", f"`{base.name}.{e.name}`: {base.why}", e.span)
+            return base.angle if e.name == "angle" else base.rate
         if isinstance(base, BodyRef):
             if base.name is not None:
                 if e.name in _AXES[: base.space]:
@@ -512,6 +598,9 @@ class Evaluator:
             fn, arity = _SCALAR_FUNCS[name]
             self._arity(e, name, arity)
             args = [self.scalar(a, f"the argument of {name}") for a in e.args]
+            if name == "smoothstep" and args[1] == 0:
+                raise PdslError.at("DivisionByZero", "the width of `smoothstep(x, w)` is zero", e.args[1].span,
+                                   "use `if x < 0 then 0 else 1` for a sharp step")
             return _real(fn(*args), e.span, f"`{name}(...)` here")
         if name in ("dot", "cross"):
             self._arity(e, name, 2)
@@ -592,6 +681,8 @@ class Evaluator:
         terms = [self.with_names({e.var: sp.Integer(i)}).number(e.body) for i in range(lo, hi + 1)]
         return _add_all(terms, e.span)
 
+
+_RELATIONS: Mapping[str, Callable] = {"<": sp.Lt, "<=": sp.Le, ">": sp.Gt, ">=": sp.Ge, "==": sp.Eq, "!=": sp.Ne}
 
 # Decimal exponents beyond this are outside double precision (and would take sympy forever).
 MAX_EXPONENT = 308

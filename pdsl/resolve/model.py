@@ -157,6 +157,17 @@ class GeneralizedForce:
     span: Span
 
 
+def port_forces(across: sp.Expr, through: sp.Expr, span: Span) -> list[GeneralizedForce]:
+    """A through value F on a kinematic port y = J(x)·ẋ (``across``, linear in der(...)): the generalized force
+    JᵀF on each coordinate, whose power F·y is exactly what the port delivers."""
+    from .. import symbols as S
+
+    out = []
+    for d in sorted((x for x in across.free_symbols if S.is_der(x)), key=lambda s: s.name):
+        out.append(GeneralizedForce(coord=S.der_base(d), force=sp.diff(across, d) * through, span=span))
+    return out
+
+
 @dataclass(**_FROZEN)
 class Element:
     """A port-Hamiltonian element or junction, kept close to its statement for the p-H lowering."""
@@ -209,6 +220,8 @@ class Model:
     elements: tuple[Element, ...] = ()
     interfaces: tuple[Interface, ...] = ()
     unsupported: tuple[tuple[str, Span], ...] = field(default=())
+    # (name, unit text) of the quantities with a unit (declared `{unit = "..."}`, or derived): pdsl.resolve.units
+    units: tuple[tuple[str, str], ...] = ()
 
     def variables_of(self, kind: str) -> tuple[Variable, ...]:
         return tuple(v for v in self.variables if v.kind == kind)

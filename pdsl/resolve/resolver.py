@@ -95,7 +95,9 @@ def resolve_file(file: A.File, const_overrides: Mapping[str, int] | None = None)
 
 
 def resolve(m: A.ModelDef, const_overrides: Mapping[str, int] | None = None) -> M.Model:
-    return _Resolver(m, dict(const_overrides or {})).run()
+    from .units import check_units  # units of measure: checked on the AST, attached to the model
+
+    return check_units(m, _Resolver(m, dict(const_overrides or {})).run())
 
 
 @dataclass
@@ -427,14 +429,15 @@ class _Resolver:
                 self.diags.extend(err)
 
     def _declare_one(self, kind: str, d: A.Decl) -> None:
-        allowed_attrs = {"param": {"free", "fixed", "lower", "upper"}}.get(kind, set())
+        allowed_attrs = {"param": {"free", "fixed", "lower", "upper", "unit"}}.get(kind, {"unit"})
         for a in d.attrs:
             if a.name not in allowed_attrs:
                 raise PdslError.at(
                     "UnknownAttribute",
                     f"`{a.name}` is not an attribute of a {kind}",
                     a.span,
-                    "params accept {free, fixed, lower = ..., upper = ...}" if kind == "param" else None,
+                    'params accept {free, fixed, lower = ..., upper = ..., unit = "..."}' if kind == "param"
+                    else f'a {kind} accepts {{unit = "..."}}',
                 )
         if kind in ("output",) and d.value is None:
             raise PdslError.at("BadDeclaration", f"output `{d.name}` needs a value: `output {d.name} = expr`", d.span)
@@ -541,6 +544,9 @@ class _Resolver:
             elif isinstance(stmt, A.JunctionStmt) and stmt.name:
                 self._guard(self._declare_ph_name, stmt, stmt.name, stmt.index, stmt.name_span, "element",
                             lambda n: ElementRef(n, "junction"), arrays)
+            elif isinstance(stmt, A.InterfaceStmt):  # the p-H side of an interface is a source named after the port
+                self._guard(lambda _s, stmt=stmt: self._bind(stmt.port, "element", stmt.span, ElementRef(stmt.port, "source")), None)
+            if isinstance(stmt, A.JunctionStmt) and stmt.name:
                 for alias in stmt.aliases:  # a node of connected power ports: each port is one of its bonds
                     self._guard(lambda _s, alias=alias: self._bind(alias, "element", stmt.span, ElementRef(alias, "junction")), None)
             if isinstance(stmt, A.StoreStmt):
@@ -627,7 +633,7 @@ class _Resolver:
                     if a.value is None:
                         raise PdslError.at("BadAttribute", f"`{a.name}` needs a value: `{a.name} = 0`", a.span)
                     bounds[a.name] = float_value(Evaluator(self._const_scope()).eval(a.value), a.value.span, f"`{a.name}`")
-                elif a.value is not None:
+                elif a.value is not None and a.name != "unit":  # the unit: pdsl.resolve.units
                     raise PdslError.at("BadAttribute", f"`{a.name}` is a flag and takes no value", a.span)
             if bounds["lower"] is not None and bounds["upper"] is not None and bounds["lower"] > bounds["upper"]:
                 raise PdslError.at("BadBounds", f"param `{d.name}` has lower > upper", d.span)
@@ -884,7 +890,7 @@ class _Resolver:
             return
         if isinstance(target, PortRef):
             q = ev.scalar(stmt.force, f"the through value of `{target.name}`")
-            out["generalized_forces"].extend(_port_forces(target.across, q, stmt.span))
+            out["generalized_forces"].extend(M.port_forces(target.across, q, stmt.span))
             return
         if not isinstance(target, BodyRef | M.PointRef):
             raise PdslError.at(
@@ -952,7 +958,7 @@ class _Resolver:
         if ref is None or not isinstance(ref.value, PortRef):
             return  # the port's declaration failed (already reported)
         across = ref.value.across
-        placeholder = S.sym(f"{stmt.port}.{stmt.across_is[0]}")
+        placeholder = S.sym(f"{stmt.port}.across")
         out["interfaces"].append(M.Interface(port=stmt.port, kinematic=stmt.kinematic, across=across,
                                              across_is=stmt.across_is, placeholder=placeholder, span=stmt.span))
         kind = "flow" if stmt.across_is == "flow" else "effort"
@@ -1034,16 +1040,6 @@ _MOMENT_HINTS = {
     "moments": "moments are the eigenvalues of the body's mass covariance: positive numbers",
     "inertia": "principal moments of inertia obey the triangle inequality: I1 < I2 + I3, I2 < I1 + I3, I3 < I1 + I2",
 }
-
-
-def _port_forces(across: sp.Expr, through: sp.Expr, span: Span) -> list:
-    """A through value F on a kinematic port y = J(x)·ẋ: the generalized force JᵀF on each coordinate (its power
-    F·y is exactly what the port delivers)."""
-    out = []
-    for d in sorted((x for x in across.free_symbols if S.is_der(x)), key=lambda s: s.name):
-        coef = sp.diff(across, d)
-        out.append(M.GeneralizedForce(coord=S.der_base(d), force=coef * through, span=span))
-    return out
 
 
 def _check_option_sign(kind: str, kw: A.KwArg, value: sp.Expr) -> None:
