@@ -19,7 +19,8 @@ Connections (union–find over the members of every ``connect``):
 * an instance ``output`` with an ``input``: a signal (the input stands for the output's expression).
 
 Ports left open in the top model are given: a point port sits at ``ground``, a power port becomes a
-source with an input (``p.e`` or ``p.f``) so that a component can be checked on its own.
+source with an input (``p.effort`` or ``p.flow``: the p-H lowering picks which one the network accepts) so that a
+component can be checked and run on its own.
 """
 
 from __future__ import annotations
@@ -698,12 +699,12 @@ class _Flattener:
         across_effort = port.across_is_effort
         # a 0-junction fixes the effort, a 1-junction the flow: impose the other variable
         impose_effort = jkind != "common_effort"
-        var = "e" if impose_effort else "f"
-        name = f"{port.full}.{var}"
-        self.out.append(A.DeclStmt(span=port.decl, kind="input", decls=(
-            A.Decl(span=port.decl, name=name, range=None, value=None, attrs=()),)))
+        name = f"{port.full}.{'effort' if impose_effort else 'flow'}"
+        self.out.append(A.DeclStmt(span=port.decl, kind="input", decls=tuple(
+            A.Decl(span=port.decl, name=f"{port.full}.{v}", range=None, value=None, attrs=()) for v in ("effort", "flow"))))
         self.out.append(A.SourceStmt(span=port.decl, kind="effort_source" if impose_effort else "flow_source",
-                                     name=port.full, value=A.Name(span=port.decl, id=name), name_span=port.decl))
+                                     name=port.full, value=A.Name(span=port.decl, id=name), name_span=port.decl,
+                                     open_port=True))
         del across_effort
 
 

@@ -94,7 +94,7 @@ def lower_plain(model: Model) -> SymbolicSystem:
             (algebraic[len(alg_vars)].origin if len(algebraic) > len(alg_vars) else alg_vars[-1].span),
             "a variable that never appears under der(...) is algebraic and needs an equation `0 = ...`",
         )
-    if not states and not alg_vars and not diags:
+    if not states and not alg_vars and not diags and not model.outputs:  # outputs only: a signal block (std:signals)
         diags.error("EmptyModel", f"model `{model.name}` has no equations", model.span, "add `var x` and `der(x) = ...`")
     diags.raise_if_any()
     outputs = _outputs_without_derivatives(model, differential, to_rate)

@@ -559,8 +559,37 @@ def _claims(model: Model) -> bool:
     return bool(model.elements)
 
 
+_CAUSALITY_ERRORS = {"DependentStorage", "ConflictingSources", "UnbalancedSystem"}
+MAX_OPEN_PORTS = 6
+
+
 def _lower(model: Model, options: LowerOptions) -> SymbolicSystem:
-    return lower_port_hamiltonian(model)
+    """A network whose power ports are left open (a component checked on its own) imposes at each open port its
+    effort or its flow, whichever the network accepts: the first assignment that lowers (the flattener's guess
+    first: the variable that the port's junction does not fix), with only the inputs it uses."""
+    opened = [e for e in model.elements if e.kind == "source" and e.data.get("open")]
+    if not opened:
+        return lower_port_hamiltonian(model)
+    if len(opened) > MAX_OPEN_PORTS:
+        raise PdslError.at("NotYetSupported", f"{len(opened)} open power ports: connect some of them (at most "
+                           f"{MAX_OPEN_PORTS} are given causality automatically)", opened[0].span)
+    guess = tuple(e.data["kind"] for e in opened)
+    flips = sorted(range(2 ** len(opened)), key=lambda m: bin(m).count("1"))
+    first_error = None
+    for mask in flips:
+        kinds = tuple(("flow" if k == "effort" else "effort") if mask >> i & 1 else k for i, k in enumerate(guess))
+        chosen = {e.name: k for e, k in zip(opened, kinds)}
+        unused = {S.sym(f"{e.name}.{'flow' if chosen[e.name] == 'effort' else 'effort'}") for e in opened}
+        elements = tuple(replace(e, data={**e.data, "kind": chosen[e.name], "value": S.sym(f"{e.name}.{chosen[e.name]}")})
+                         if e.name in chosen and e.kind == "source" and e.data.get("open") else e for e in model.elements)
+        trial = replace(model, elements=elements, inputs=tuple(u for u in model.inputs if u.symbol not in unused))
+        try:
+            return lower_port_hamiltonian(trial)
+        except PdslError as err:
+            if not set(err.codes) & _CAUSALITY_ERRORS:
+                raise
+            first_error = first_error or err
+    raise first_error
 
 
 PORT_HAMILTONIAN = register(Formalism(

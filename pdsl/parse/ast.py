@@ -292,6 +292,7 @@ class SourceStmt(Stmt):
     value: Expr
     index: tuple[Expr, ...] = ()
     name_span: Span | None = None
+    open_port: bool = False  # made by pdsl.compose for a power port left open: the lowering picks its causality
 
 
 @dataclass(**_FROZEN)

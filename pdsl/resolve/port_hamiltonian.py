@@ -63,7 +63,7 @@ def resolve_ph(stmt: A.Stmt, ev: Evaluator, *, name: str | None = None, state: s
     if isinstance(stmt, A.SourceStmt):
         value = ev.scalar(stmt.value, f"the value of source `{name}`")
         return Element(kind="source", name=name, span=stmt.span,
-                       data={"kind": stmt.kind.split("_")[0], "value": value})
+                       data={"kind": stmt.kind.split("_")[0], "value": value, "open": stmt.open_port})
     if isinstance(stmt, A.TwoPortStmt):
         if stmt.port_a == stmt.port_b:
             raise PdslError.at("DuplicateDefinition", f"the two ports of `{name}` have the same name", stmt.span)
