@@ -214,3 +214,56 @@ def test_show_traces_instance_equations_to_their_lines(name):
     c = compile_model(COMP / f"{name}.phm", CompileOptions(model=model, numeric=False))
     text = render_system(c.system, simplify=False)
     assert "(via " in text
+
+
+# ------------------------------------------------------------------- negative cases
+LIB = COMP / "lib"
+
+
+def _error(tmp_path, text, name="m.phm", model=None):
+    import shutil
+
+    from pdsl.diagnostics import PdslError
+
+    shutil.copytree(LIB, tmp_path / "lib", dirs_exist_ok=True)
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(PdslError) as info:
+        compile_model(path, CompileOptions(model=model, numeric=False))
+    return info.value.diagnostics[0], str(info.value)
+
+
+def test_a_rotational_port_connected_to_an_electrical_one_is_a_domain_mismatch(tmp_path):
+    d, text = _error(tmp_path, 'import "lib/motor.phm"\nimport "lib/sections.phm"\n\nmodel Bad\n  input V\n'
+                     "  use motor = DCMotor(V = V)\n  use r = Resistor()\n  connect motor.shaft, r.p\nend\n")
+    assert (d.code, d.span.line) == ("DomainMismatch", 8)
+    assert "motor.phm:4" in text and "sections.phm:13" in text  # both port declarations
+
+
+def test_a_component_that_lacks_an_equation_is_reported_at_the_component(tmp_path):
+    d, text = _error(tmp_path, 'model Leaky\n  input u\n  var x, y\n  der(x) = -x + u\n  output out = x + y\nend\n\n'
+                     "model Top\n  use a = Leaky(u = 1.0)\nend\n", model="Top")
+    assert d.code == "UnbalancedSystem" and d.span.line == 3 and d.span.via[0][0] == "a"
+    assert "(via a, m.phm:9)" in text
+
+
+def test_an_over_constrained_kinematic_loop_names_the_connect_line(tmp_path):
+    d, _ = _error(tmp_path, 'import "lib/links.phm"\nmodel Loop\n  space 2\n  use a = Link()\n  use b = Link()\n'
+                  "  connect ground, a.pivot\n  connect a.bob, b.pivot\n  connect b.bob, ground.at([0.5, 0]), ground.at([0, 0.5])\n"
+                  "end\n")
+    assert (d.code, d.span.line) == ("OverConstrained", 8)
+
+
+@pytest.mark.parametrize("text, code, line", [
+    ('import "nowhere.phm"\nmodel A\n  var x\n  der(x) = -x\nend\n', "ImportNotFound", 1),
+    ('import "m.phm"\nmodel A\n  var x\n  der(x) = -x\nend\n', "ImportCycle", 1),
+    ('model A\n  use x = Missing()\nend\n', "UnknownModel", 2),
+    ('import "lib/links.phm"\nmodel A\n  space 2\n  use u = Link(mass = 2)\n  connect ground, u.pivot\nend\n', "UnknownArgument", 4),
+    ('import "lib/links.phm"\nmodel A\n  space 2\n  use u = Link()\nend\n', "UnconnectedPort", 4),
+    ('import "lib/links.phm"\nmodel A\n  space 2\n  use u = Link()\n  connect ground, u.pivot\n  output y = u.nothing\nend\n', "UnknownName", 6),
+    ('model A\n  port p: magnetic\n  var x\n  der(x) = -x\nend\n', "UnknownDomain", 2),
+])
+def test_composition_errors_are_located(tmp_path, text, code, line):
+    d, _ = _error(tmp_path, text)
+    assert d.code == code, d
+    assert d.span is not None and d.span.line == line or (d.span.via and d.span.via[-1][2] == line), d
