@@ -210,6 +210,13 @@ class PowerBalance:
     modulo: tuple[sp.Expr, ...] = ()
 
 
+def interface_balance(system: SymbolicSystem) -> list:
+    """Pairs of interface ports (the network's side, the mechanics' side) with the sum of their powers, which a
+    power-conserving interface makes identically zero (LANGUAGE.md §10)."""
+    sides = [p for p in system.ports if p.role == "interface"]
+    return [(a, b, zero_or_residual(a.power + b.power)) for a, b in zip(sides[::2], sides[1::2])]
+
+
 def power_balance(system: SymbolicSystem) -> PowerBalance:
     """The power balance of a system with an energy, explicit rates and power terms (from its formalism)."""
     if system.energy is None:
