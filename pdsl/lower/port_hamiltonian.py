@@ -521,7 +521,8 @@ def _twoport(el: Element) -> list:
     rest = sp.simplify(rel - ca * ea - co * other)
     bad = (ca.free_symbols | co.free_symbols) & {ea, fa, eb, fb}
     if rest != 0 or bad or ca == 0 or co == 0:
-        want = "e_a = n*e_b" if d["kind"] == "transformer" else "e_a = r*f_b"
+        a, b = d["ports"]
+        want = f"e_{a} = n*e_{b}" if d["kind"] == "transformer" else f"e_{a} = r*f_{b}"
         raise PdslError.at("NotYetSupported", f"a {d['kind']} relation must have the form {want} (n, r may depend on states and "
                            "parameters); general nonlinear two-ports are not lowered yet", el.span)
     modulus = -co / ca  # e_a = modulus · other

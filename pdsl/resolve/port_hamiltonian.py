@@ -69,7 +69,8 @@ def resolve_ph(stmt: A.Stmt, ev: Evaluator, *, name: str | None = None, state: s
             raise PdslError.at("DuplicateDefinition", f"the two ports of `{name}` have the same name", stmt.span)
         ea, fa = port_symbols(f"{name}.{stmt.port_a}")
         eb, fb = port_symbols(f"{name}.{stmt.port_b}")
-        local = ev.with_names({"e_a": ea, "f_a": fa, "e_b": eb, "f_b": fb})
+        pa, pb = stmt.port_a, stmt.port_b  # the relation's variables follow the declared port names (LANGUAGE.md §6)
+        local = ev.with_names({f"e_{pa}": ea, f"f_{pa}": fa, f"e_{pb}": eb, f"f_{pb}": fb})
         relation = local.scalar(stmt.lhs, "a relation") - local.scalar(stmt.rhs, "a relation")
         _flags(stmt.attrs, set())
         return Element(kind="twoport", name=name, span=stmt.span, data={
@@ -82,7 +83,7 @@ def resolve_ph(stmt: A.Stmt, ev: Evaluator, *, name: str | None = None, state: s
                                "common_effort (0-junction) or common_flow (1-junction)")
         pairs = members if members is not None else [(m, ev) for m in stmt.members]
         members = tuple(_member(m, local) for m, local in pairs)
-        if len(members) < 2 and not stmt.node:
+        if len(members) < 2 and not stmt.node and not stmt.name:  # a named junction's bonds count too (lowering)
             raise PdslError.at("BadJunction", "a junction connects at least two ports", stmt.span)
         return Element(kind="junction", name=name, span=stmt.span,
                        data={"kind": stmt.kind, "members": members, "aliases": tuple(stmt.aliases)})

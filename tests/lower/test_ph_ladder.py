@@ -26,6 +26,8 @@ from pdsl.lower.structural import power_balance
 from pdsl.pipeline import compile_model
 from pdsl.sim.simulate import input_from_expression, simulate, time_grid
 
+REPO_MODELS = Path(__file__).resolve().parents[2] / "models"
+
 LADDER = Path(__file__).resolve().parents[2] / "models" / "rlc_ladder.phm"
 
 _cache: dict = {}
@@ -172,3 +174,45 @@ def test_const_override_on_the_command_line(capsys):
     assert main(["show", str(LADDER), "--const", "N=3", "--raw"]) == 0
     out = capsys.readouterr().out
     assert "6 states, 0 algebraic" in out and "q[3]" in out and "q[4]" not in out
+
+
+FLAT_BONDED = """model LadderBonded "one named 1-junction per section, bonded to the node before it and the node after it"
+  const N = 3
+  param R[1..N] = 0.2, L[1..N] = 0.5, C[1..N] = 0.1
+  param R_load = 5.0
+  input V
+  effort_source src = V
+  resistive res[k]: e = R[k]*f for k in 1..N
+  effort_store ind[k](phi[k]) energy phi[k]^2/(2*L[k]) for k in 1..N
+  flow_store cap[k](q[k]) energy q[k]^2/(2*C[k]) for k in 1..N
+  resistive load: e = R_load*f
+  junction sec[1]: common_flow(-src, res[1], ind[1], node[1])
+  junction sec[k]: common_flow(-node[k-1], res[k], ind[k], node[k]) for k in 2..N
+  junction node[k]: common_effort(cap[k]) for k in 1..N-1
+  junction node[N]: common_effort(cap[N], load)
+end
+"""
+
+
+def test_a_named_junction_bonds_to_the_junctions_before_and_after_it(tmp_path):
+    """LANGUAGE.md §6: each appearance of a named junction in another's list is one bond, so node[k] (listed by
+    sec[k] and sec[k+1]) has two bonds; the ladder equals the bundled one (N = 3) to round-off."""
+    import numpy as np
+
+    from pdsl.pipeline import CompileOptions, compile_model
+
+    path = tmp_path / "bonded.phm"
+    path.write_text(FLAT_BONDED)
+    a = compile_model(path)
+    b = compile_model(REPO_MODELS / "rlc_ladder.phm", CompileOptions(consts={"N": 3}))
+    perm = [b.numeric.x_names.index(n) for n in a.numeric.x_names]
+    rng = np.random.default_rng(5)
+    for _ in range(5):
+        x, u = rng.normal(size=len(perm)), rng.normal(size=1)
+        xb = np.empty_like(x)
+        xb[perm] = x
+        fa = np.asarray(a.numeric.rhs(0.0, x, a.numeric.p_default, u), dtype=float).ravel()
+        fb = np.asarray(b.numeric.rhs(0.0, xb, b.numeric.p_default, u), dtype=float).ravel()[perm]
+        np.testing.assert_allclose(fa, fb, rtol=0, atol=1e-13)
+    bonds = sorted(p.name for p in a.system.ports if p.role == "bond")
+    assert bonds == ["node[1]", "node[1]@sec[2]", "node[2]", "node[2]@sec[3]", "node[3]"]
