@@ -223,6 +223,10 @@ def render_system(system: SymbolicSystem, fmt: str = "text", *, simplify: bool =
     def item(text: str):
         out.append(f"- {text}" if md else (f"% {text}" if tex else f"  {text}"))
 
+    def u(name: str) -> str:  # ` [kg]` after a quantity with a unit (nothing for a model without units)
+        unit = system.unit_of(name) if system.units else None
+        return f" [{unit}]" if unit else ""
+
     title = f"model {system.name}" + (f" — {system.doc}" if system.doc else "")
     out.append(f"# {title}" if md else (f"% {title}" if tex else title))
     item(f"formalism: {system.formalism}; {len(system.states)} states, {len(system.algebraics)} algebraic, "
@@ -231,11 +235,11 @@ def render_system(system: SymbolicSystem, fmt: str = "text", *, simplify: bool =
         _bodies(system, pr, h, item)
     h("States")
     for s in system.states:
-        item(f"{s.name}" + (f" (start {s.start:g})" if s.start is not None else "") + f"    [{s.span}]")
+        item(f"{s.name}{u(s.name)}" + (f" (start {s.start:g})" if s.start is not None else "") + f"    [{s.span}]")
     if system.algebraics:
         h("Algebraic variables")
         for a in system.algebraics:
-            item(f"{a.name}    [{a.span}]")
+            item(f"{a.name}{u(a.name)}    [{a.span}]")
     if system.params:
         h("Parameters")
         for p in system.params:
@@ -245,15 +249,15 @@ def render_system(system: SymbolicSystem, fmt: str = "text", *, simplify: bool =
             if p.upper is not None:
                 bounds.append(f"≤ {p.upper:g}")
             flag = " free" if p.free else ""
-            item(f"{p.name} = {p.default:g}{flag}{(' ' + ', '.join(bounds)) if bounds else ''}")
+            item(f"{p.name} = {p.default:g}{u(p.name)}{flag}{(' ' + ', '.join(bounds)) if bounds else ''}")
     if system.inputs:
         h("Inputs")
-        for u in system.inputs:
-            item(f"{u.name} = {pr.expr(u.law)}  (feedback law)" if u.law is not None else f"{u.name}  (exogenous)")
+        for v in system.inputs:
+            item(f"{v.name}{u(v.name)} = {pr.expr(v.law)}  (feedback law)" if v.law is not None else f"{v.name}{u(v.name)}  (exogenous)")
     if system.outputs:
         h("Outputs")
         for o in system.outputs:
-            item(f"{o.name} = {pr.expr(o.expr)}")
+            item(f"{o.name}{u(o.name)} = {pr.expr(o.expr)}")
     if system.neural:
         h("Neural components")
         for n in system.neural:

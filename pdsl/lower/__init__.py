@@ -38,5 +38,9 @@ def lower(model: Model, options: LowerOptions | str = "hamiltonian", *, stabiliz
                            f"constraints); {model.name} is a {plugin.name} model", model.span,
                            "use --stabilize project, which works for every model with constraints")
     system = plugin.lower(model, options)
+    if model.units:  # units of measure travel with the IR (show, CSV headers, plots)
+        from dataclasses import replace
+
+        system = replace(system, units=model.units)
     check_structure(system)  # the shared structural pass: every system, whichever formalism lowered it
     return system

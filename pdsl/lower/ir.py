@@ -156,6 +156,11 @@ class SymbolicSystem:
     # parameters a stabilisation adds (Baumgarte gains), set by the simulator, not the model
     stabilization: str = "none"
     stabilization_params: tuple[str, ...] = ()
+    # (name, unit text) of the quantities with a unit (pdsl.resolve.units); empty for a model without units
+    units: tuple[tuple[str, str], ...] = ()
+
+    def unit_of(self, name: str) -> str | None:
+        return dict(self.units).get(name) if self.units else None
 
     # ------------------------------------------------------------ views
     @property

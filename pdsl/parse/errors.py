@@ -79,7 +79,8 @@ def _describe_expected(expected) -> str:
 def syntax_error(err: UnexpectedInput, path: str, text: str) -> PdslError:
     """Translate a lark error into the most specific diagnostic the text allows."""
     where = _error_position(err, text)
-    for explain in (_bracket_problem, _unclosed_model, _foreign_operator, _bad_number, _unknown_statement, _element_range):
+    for explain in (_bracket_problem, _unclosed_model, _foreign_operator, _comparison_as_equation, _bad_number,
+                    _unknown_statement, _element_range):
         found = explain(text, where, path)
         if found is not None:
             return found
@@ -224,7 +225,6 @@ def _unclosed_model(text: str, where: tuple[int, int], path: str) -> PdslError |
 # Operators of programming languages, and how a model writes them instead.
 _FOREIGN_OPERATORS = {
     "**": "write a power as `a^b`",
-    "==": "an equation is written with a single `=`",
     "//": "write a division as `a / b`",
     "+=": "a model states equations, it does not update variables",
     "-=": "a model states equations, it does not update variables",
@@ -245,6 +245,20 @@ def _foreign_operator(text: str, where: tuple[int, int], path: str) -> PdslError
                 _FOREIGN_OPERATORS[pair],
             )
     return None
+
+
+def _comparison_as_equation(text: str, where: tuple[int, int], path: str) -> PdslError | None:
+    """``der(x) == -x``: a comparison (which `if` conditions use) where an equation was meant."""
+    lines = text.splitlines()
+    number = where[0] - 1 if where[1] == 0 else where[0]  # an unexpected end of line: the line before
+    if not 1 <= number <= len(lines):
+        return None
+    line = lines[number - 1].split("#", 1)[0]
+    if "==" not in line or re.search(r"(?<![=<>!])=(?!=)", line) or line.lstrip().startswith(("if ", "output ", "input ")):
+        return None
+    col = line.index("==") + 1
+    return PdslError.at("Syntax", "`==` compares two values; this statement has no `=`", Span.point(path, number, col, 2),
+                        "an equation is written with a single `=` (`==` is a comparison, as in `if x == 0 then ...`)")
 
 
 def _bad_number(text: str, where: tuple[int, int], path: str) -> PdslError | None:

@@ -41,7 +41,7 @@ __all__ = ["resolve", "resolve_file"]
 
 MAX_ARRAY = 100_000
 _ACTIVATIONS = ("tanh", "relu", "softplus", "sin", "elu", "gelu", "sigmoid", "identity")
-_RESERVED = {"t", "ground", "pi", "der"}
+_RESERVED = {"t", "ground", "pi", "der", "if", "not"}  # `if`/`not` begin an expression (conditionals)
 _PH_KINDS = ("flow_store", "effort_store", "resistive", "flow_source", "effort_source", "transformer", "gyrator")
 
 # Keyword options of each connector: name -> required?

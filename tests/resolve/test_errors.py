@@ -100,7 +100,8 @@ ERRORS = [
     ("derivative_of_param", _model("param k = 1\nvar x\nder(k) = -x"), "BadDerivative", 4, 7, "not `k`"),
     ("derivative_in_potential", _model("space 2\nbody b = point(mass = 1)\npotential der(b.x)"), "NotAllowedHere", 4, 13, "der(...)"),
     # ---- formalism (found by the lowering)
-    ("plain_equation_and_lagrangian", _model("coord x\nvar y\nder(y) = 1\nlagrangian der(x)^2/2"), "MixedFormalism", 4, 3, "lagrangian"),
+    ("plain_equation_and_structure", _model("var q, p, z\nder(z) = 1\nhamiltonian q^2/2 + p^2/2\nstructure J = [[0, 1], [-1, 0]]"),
+     "MixedFormalism", 3, 3, "port-Hamiltonian"),
     ("unbalanced_plain_system", _model("var x, y\nder(x) = -x"), "UnbalancedSystem", 2, 10, "1 algebraic variable (y) but 0"),
     ("hamiltonian_without_momenta", _model("coord q\nhamiltonian q^2/2"), "UnbalancedSystem", 3, 3, "1 coordinate but 0 momenta"),
     # ---- Cartesian mechanics
@@ -213,8 +214,11 @@ def test_lowering_errors_through_compile_model():
         compile_model("bad.phm", text=_model("var x, y\nder(x) = -x"))
     assert info.value.codes == ["UnbalancedSystem"]
     with pytest.raises(PdslError) as info:
-        compile_model("bad.phm", text=_model("coord x\nvar y\nder(y) = 1\nlagrangian der(x)^2/2"))
+        compile_model("bad.phm", text=_model("var q, p, z\nder(z) = 1\nhamiltonian q^2/2 + p^2/2\nstructure J = [[0, 1], [-1, 0]]"))
     assert info.value.codes[0] == "MixedFormalism"
+    # a Lagrangian part and a plain part compose (LANGUAGE.md §10)
+    system = compile_model("ok.phm", text=_model("coord x\nvar y\nder(y) = 1\nlagrangian der(x)^2/2")).system
+    assert [s.name for s in system.states] == ["x", "der(x)", "y"]
 
 
 def test_diagnostics_quote_the_file_on_disk(tmp_path):
