@@ -87,15 +87,20 @@ def _section_9() -> str:
 
 
 @pytest.mark.parametrize("text", [EMBEDDED_SECTION_9, _section_9()], ids=["embedded", "shared"])
-def test_composition_is_not_yet_supported(tmp_path, capsys, text):
+def test_composition_checks(tmp_path, capsys, text):
     path = tmp_path / "links.phm"
     path.write_text(text, encoding="utf-8")
+    assert main(["check", str(path)]) == 0, capsys.readouterr().err
+    models = {m.name: m for m in load_models(path)}
+    names = {b.name for b in models["TwoLinks"].bodies}
+    assert names == {"upper.bob", "lower.bob"}
+    assert {p.name for p in models["TwoLinks"].params} == {"upper.m", "upper.l", "lower.m", "lower.l"}
+
+
+def test_a_missing_import_is_located(tmp_path, capsys):
+    path = tmp_path / "a.phm"
+    path.write_text('import "links.phm"\n' + EMBEDDED_SECTION_9, encoding="utf-8")
     assert main(["check", str(path)]) == 2
     err = capsys.readouterr().err
-    assert "error[NotYetSupported]" in err
+    assert "error[ImportNotFound]" in err and "a.phm:1:1" in err
     assert "Traceback" not in err and "internal error" not in err
-    with pytest.raises(PdslError) as info:
-        load_models(path)
-    # Only the composition statements are reported: nothing cascades from them.
-    assert set(info.value.codes) == {"NotYetSupported"}
-    assert "`import`" in info.value.diagnostics[0].message

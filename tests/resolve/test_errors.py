@@ -130,7 +130,7 @@ ERRORS = [
     ("junction_member_is_a_param", _model("param m = 1\nflow_store mass(p) energy p^2/(2*m)\njunction common_effort(mass, m)"), "TypeMismatch", 4, 32, "a junction joins elements"),
     ("junction_names_a_missing_port", _model("param m = 1\nflow_store mass(p) energy p^2/(2*m)\ntransformer tr(a, b): e_a = 2*e_b\njunction common_effort(mass, tr.c)"), "UnknownName", 5, 32, "no port `c`"),
     ("store_energy_unknown_name", _model("flow_store mass(p) energy p^2/(2*mm)"), "UnknownName", 2, 36, "unknown name `mm`"),
-    ("composition_not_yet_supported", _model("port pivot\nvar x\nder(x) = -x"), "NotYetSupported", 2, 3, "`port`"),
+    ("port_domain_unknown", _model("port p: magnetic\nvar x\nder(x) = -x"), "UnknownDomain", 2, 11, "magnetic"),
 ]
 
 
