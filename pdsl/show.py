@@ -235,11 +235,11 @@ def render_system(system: SymbolicSystem, fmt: str = "text", *, simplify: bool =
         _bodies(system, pr, h, item)
     h("States")
     for s in system.states:
-        item(f"{s.name}{u(s.name)}" + (f" (start {s.start:g})" if s.start is not None else "") + f"    [{s.span}]")
+        item(f"{s.name}{u(s.name)}" + (f" (start {s.start:g})" if s.start is not None else "") + f"    [{s.span}{s.span.chain}]")
     if system.algebraics:
         h("Algebraic variables")
         for a in system.algebraics:
-            item(f"{a.name}{u(a.name)}    [{a.span}]")
+            item(f"{a.name}{u(a.name)}    [{a.span}{a.span.chain}]")
     if system.params:
         h("Parameters")
         for p in system.params:
@@ -321,7 +321,7 @@ def _bodies(system, pr, h, item) -> None:
     h("Bodies")
     for b in system.bodies:
         kind = b.kind if b.kind == "point mass" else f"{b.kind}, moments {', '.join(pr.expr(m) for m in b.moments)}"
-        item(f"{b.name}: {kind}, mass {pr.expr(b.mass)}; nodes {', '.join(b.nodes)}    [{b.span}]")
+        item(f"{b.name}: {kind}, mass {pr.expr(b.mass)}; nodes {', '.join(b.nodes)}    [{b.span}{b.span.chain}]")
         if b.node_mass_matrix is not None:
             M = b.node_mass_matrix
             rows = "; ".join(", ".join(pr.expr(sp.simplify(M[i, j])) for j in range(M.shape[1])) for i in range(M.shape[0]))

@@ -32,21 +32,31 @@ MODE_TIME = sp.Symbol("t·mode", real=True)
 _RELATIONAL = sp.core.relational.Relational
 
 
+def relationals(exprs) -> set:
+    """Every comparison in ``exprs``, each shared subexpression visited once (a sympy preorder traversal visits
+    every occurrence, which is exponential in the depth of shared subtrees of large multibody rows)."""
+    out: set = set()
+    seen: set = set()
+    stack = [e for e in exprs if isinstance(e, sp.Basic)]
+    while stack:
+        e = stack.pop()
+        if e in seen or e.is_Atom:
+            continue
+        seen.add(e)
+        if isinstance(e, _RELATIONAL):
+            out.add(e)
+        stack.extend(e.args)
+    return out
+
+
 def time_conditions(exprs, fixed: set) -> list:
     """The comparisons in ``exprs`` that depend on ``t`` and otherwise only on ``fixed`` symbols (parameters)."""
     allowed = set(fixed) | {S.TIME}
     out: list = []
-    seen: set = set()
-    for e in exprs:
-        if not isinstance(e, sp.Basic) or not e.has(_RELATIONAL):
-            continue
-        for r in e.atoms(_RELATIONAL):
-            if r in seen:
-                continue
-            seen.add(r)
-            fs = r.free_symbols
-            if S.TIME in fs and fs <= allowed and not r.has(sp.core.function.AppliedUndef, sp.Derivative):
-                out.append(r)
+    for r in relationals(exprs):
+        fs = r.free_symbols
+        if S.TIME in fs and fs <= allowed and not r.has(sp.core.function.AppliedUndef, sp.Derivative):
+            out.append(r)
     return sorted(out, key=sp.default_sort_key)
 
 

@@ -15,7 +15,8 @@ import numpy as np
 
 from ..diagnostics import PdslError, Span, register_source, source_text
 
-__all__ = ["Table", "read_table", "write_table", "atomic_path", "strict_float", "shown_value", "cell_span"]
+__all__ = ["Table", "read_table", "map_columns", "parse_column_map", "write_table", "atomic_path", "strict_float",
+           "shown_value", "cell_span", "split_header", "header_with_unit"]
 
 
 @dataclass(frozen=True)
@@ -23,9 +24,25 @@ class Table:
     path: str
     columns: tuple[str, ...]
     data: np.ndarray  # (rows, columns)
+    units: tuple[str | None, ...] = ()  # per column, from a header `theta [rad]` (empty: no column has a unit)
 
     def column(self, name: str) -> np.ndarray:
         return self.data[:, self.columns.index(name)]
+
+
+_UNIT_SUFFIX = re.compile(r"^(.*\S)\s+\[([^\[\]]*)\]$")
+
+
+def split_header(cell: str) -> tuple[str, str | None]:
+    """``theta [rad]`` -> (``theta``, ``rad``); ``b[1].x`` (no space before the bracket) -> (``b[1].x``, None).
+    The one place a column's unit is read from a header (written by :func:`header_with_unit`)."""
+    m = _UNIT_SUFFIX.match(cell.strip())
+    return (m.group(1), m.group(2).strip() or None) if m else (cell.strip(), None)
+
+
+def header_with_unit(name: str, unit: str | None) -> str:
+    """The header cell of a column: ``theta [rad]``, or the bare name without a unit."""
+    return f"{name} [{unit}]" if unit else name
 
 
 _NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
@@ -95,6 +112,10 @@ def read_table(path: str | Path) -> Table:
     directory or an empty file at 1:1, a byte that is not UTF-8 at its line and column, a
     cell at its line and column. A UTF-8 byte-order mark is dropped.
     """
+    from .formats import other_format, read_other
+
+    if other_format(path):  # Parquet, HDF5, MATLAB: by extension (pdsl/data/formats.py)
+        return read_other(path)
     p = Path(path)
     at_start = Span.point(str(p), 1, 1)
     try:
@@ -111,7 +132,9 @@ def read_table(path: str | Path) -> Table:
         rows = list(csv.reader(text.splitlines()))
     if not rows:
         raise PdslError.at("BadCsv", f"{p} is empty", at_start, hint="a trajectory CSV starts with a header line: t,x,...")
-    header = [h.strip() for h in rows[0]]
+    header_units = [split_header(h) for h in rows[0]]  # `theta [rad]`: the name is `theta`
+    header = [h for h, _ in header_units]
+    units = tuple(u for _, u in header_units) if any(u for _, u in header_units) else ()
     seen = set()
     for k, h in enumerate(header):
         col = 1 + sum(len(x) + 1 for x in rows[0][:k])
@@ -140,7 +163,82 @@ def read_table(path: str | Path) -> Table:
                 ) from None
             data[r - 2, c] = v
             col += len(cell) + 1
-    return Table(path=str(p), columns=tuple(header), data=data)
+    return Table(path=str(p), columns=tuple(header), data=data, units=units)
+
+
+def parse_column_map(text: str, origin: str = "--map") -> dict[str, str]:
+    """``time=t,x=cart.x,run=traj`` as ``{"time": "t", "x": "cart.x", "run": "traj"}`` (file column -> name).
+
+    Every problem is a ``BadOption`` naming the offending item: an item without ``=``, an empty
+    side, a file column given twice."""
+    out: dict[str, str] = {}
+    for item in (i.strip() for i in text.split(",")):
+        if not item:
+            continue
+        if "=" not in item:
+            raise PdslError.at("BadOption", f"{origin} {shown_value(item)!s}: expected FILE_COLUMN=NAME",
+                               hint="e.g. --map time=t,run=traj,angle=theta")
+        src, dst = (s.strip() for s in item.split("=", 1))
+        if not src or not dst:
+            raise PdslError.at("BadOption", f"{origin} {shown_value(item)}: both sides of `=` must be column names",
+                               hint="e.g. --map time=t,run=traj,angle=theta")
+        if src in out:
+            raise PdslError.at("BadOption", f"{origin}: column `{shown_value(src)}` is mapped twice")
+        out[src] = dst
+    return out
+
+
+def map_columns(table: Table, mapping: dict[str, str] | None, origin: str = "--map") -> Table:
+    """``table`` with its columns renamed by ``mapping`` (file column -> model name: ``t``, ``traj``,
+    a state, output or input). The one place where data columns are renamed (``fit``, ``evaluate``
+    and the Python API all read through it). A mapped column missing from the file, or a rename that
+    makes two columns share a name, is a ``BadCsv`` error located at the header."""
+    if not mapping:
+        return table
+    header = list(table.columns)
+    for src in mapping:
+        if src not in header:
+            raise PdslError.at("BadCsv", f"{origin}: the file has no column `{shown_value(src)}`",
+                               Span.point(table.path, 1, 1, max(len(",".join(header)), 1)),
+                               "columns of the file: " + ", ".join(header))
+    renamed = [mapping.get(h, h) for h in header]
+    seen: dict[str, int] = {}
+    for k, name in enumerate(renamed):
+        if name in seen:
+            j = seen[name]
+            raise PdslError.at("BadCsv", f"{origin}: columns `{header[j]}` and `{header[k]}` would both be called `{name}`",
+                               cell_span(table.path, 1, k), "map each column to a different name, or drop one")
+        seen[name] = k
+    return Table(path=table.path, columns=tuple(renamed), data=table.data)
+
+
+def table_from_columns(columns, data, label: str = "<data>") -> Table:
+    """A :class:`Table` from in-memory columns (a DataFrame's, or arrays'), checked like a file's cells:
+    the text of an equivalent CSV is registered under ``label`` so that errors are located in it."""
+    import io
+
+    header = [str(c) for c in columns]
+    arr = np.asarray(data, dtype=float)
+    if arr.ndim != 2 or arr.shape[1] != len(header):
+        raise PdslError.at("BadCsv", f"{label}: expected a table with {len(header)} columns, got shape {arr.shape}")
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(header)
+    for row in arr:
+        w.writerow([repr(float(v)) for v in row])
+    text = buf.getvalue()
+    register_source(label, text)
+    for k, h in enumerate(header):
+        if not h.strip():
+            raise PdslError.at("BadCsv", f"column {k + 1} has an empty name", Span.point(label, 1, 1))
+        if header.index(h) != k:
+            raise PdslError.at("BadCsv", f"column `{h}` appears twice", cell_span(label, 1, k))
+    bad = np.argwhere(~np.isfinite(arr))
+    if bad.size:
+        r, c = (int(v) for v in bad[0])
+        raise PdslError.at("BadCsv", f"`{arr[r, c]}` in column `{header[c]}` is not a finite number", cell_span(label, r + 2, c),
+                           "cells must be finite: remove or interpolate missing samples")
+    return Table(path=label, columns=tuple(h.strip() for h in header), data=arr)
 
 
 def cell_span(path: str, line: int, column: int) -> Span:
@@ -180,7 +278,17 @@ def atomic_path(path: str | Path):
 
 
 def write_table(path: str | Path, columns, data: np.ndarray) -> None:
-    """Write a CSV atomically, full precision (repr of float64)."""
+    """Write a CSV atomically, full precision (repr of float64); ``-`` is standard output, and a
+    ``.parquet``/``.h5``/``.mat`` name writes that format instead (pdsl/data/formats.py)."""
+    from .formats import other_format, write_csv_stdout, write_other
+
+    if str(path) == "-":
+        return write_csv_stdout(columns, data)
+    fmt = other_format(path)
+    if fmt:
+        with atomic_path(path) as tmp:
+            write_other(tmp, fmt, columns, data)
+        return
     with atomic_path(path) as tmp:
         with open(tmp, "w", newline="", encoding="utf-8") as fh:
             w = csv.writer(fh)

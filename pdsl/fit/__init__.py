@@ -11,6 +11,9 @@ The stages, one module each (BENCHMARKS A4–A6 give the protocol):
 * :mod:`~pdsl.fit.train` — Levenberg–Marquardt and torch AdamW (cosine annealing), checkpointed;
 * :mod:`~pdsl.fit.torch_bridge` — CasADi functions as torch autograd operations; networks as
   ``torch.nn.Sequential``;
+* :mod:`~pdsl.fit.latent` — chunk fits whose start states are estimated (measured data: noisy
+  samples, unmeasured states);
+* :mod:`~pdsl.fit.identify` — standard errors and what the data cannot determine, in words;
 * :mod:`~pdsl.fit.metrics`, :mod:`~pdsl.fit.evaluate` — A6 metrics and rollouts;
 * :mod:`~pdsl.fit.run`, :mod:`~pdsl.fit.outputs`, :mod:`~pdsl.fit.report` — the ``fit`` command's
   work and what it writes.

@@ -23,6 +23,8 @@ def torch_unsupported(num: NumericSystem, spec: LossSpec) -> str | None:
         return f"the torch backend integrates with {' or '.join(TORCH_INTEGRATORS)}, not {spec.method}"
     if spec.project:
         return "the torch backend does not project chunk starts onto the constraints (--project)"
+    if getattr(spec, "variable_step", False):
+        return "the torch backend integrates uniformly sampled data (these samples are irregular)"
     if num.system.algebraics:
         return f"{num.system.name} is a DAE"
     if num.rhs is None:

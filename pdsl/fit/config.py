@@ -33,7 +33,7 @@ class FitConfig:
     hessian: str = "gauss-newton"  # ipopt: gauss-newton (2 JᵀJ of the residuals) | exact | limited-memory
     epochs: int | None = None  # default: 50 (gauss-newton), 200 (ipopt iterations), 2000 (adamw, A5)
     batch: int = 200  # A5 minibatch
-    chunk: int = 4  # A3/A5: 4 steps (5 samples) per chunk
+    chunk: int | None = None  # default 4 (A3/A5: 5 samples per chunk); 20 when unmeasured states are estimated
     stride: int | None = None  # default: chunk (disjoint chunks, A4.2)
     integrator: str = "rk4"  # A5 [REPO-P0]: fixed-step RK4 on the data grid
     substeps: int = 1
@@ -52,6 +52,10 @@ class FitConfig:
     equilibrium: dict | None = None  # [equilibrium] weight, at (pdsl.fit.regularize)
     sparsity: dict | None = None  # [sparsity] flows, weight, mode, epsilon, alpha, lambda0
     init: str | None = None  # params.json of a previous fit: start values of parameters and networks
+    start: str = "auto"  # chunk starts: data (first samples) | estimate (latent, pdsl.fit.latent) | auto
+    map: dict | None = None  # [map] file column -> model name (time = "t", run = "traj", ...)
+    noise: dict | None = None  # [noise] column -> measurement noise σ (the residual weight is 1/σ)
+    input: dict | None = None  # [input] exogenous input -> expression of t (pdsl syntax), when not a data column
 
 
 _TYPES = {f.name: f.type for f in fields(FitConfig)}
@@ -111,6 +115,15 @@ def _check_type(path: str, text: str, key: str, value):
             return check_table(key, value)
         except ValueError as exc:
             raise _toml_error(path, text, key, exc.args[0], sub=exc.args[1] if len(exc.args) > 1 else None) from None
+    if key in ("map", "input"):
+        if not (isinstance(value, dict) and all(isinstance(v, str) for v in value.values())):
+            raise bad('a table of names, e.g. [map] time = "t"' if key == "map" else 'a table of expressions, e.g. [input] tau = "sin(t)"')
+        return dict(value)
+    if key == "noise":
+        if not (isinstance(value, dict) and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+                                                and math.isfinite(v) for v in value.values())):
+            raise bad("a table of positive numbers, e.g. [noise] theta = 0.01")
+        return {k: float(v) for k, v in value.items()}
     if key == "param":
         if not (isinstance(value, dict) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value.values())):
             raise bad("a table of numbers, e.g. [param] m1 = 1.0")
@@ -151,6 +164,11 @@ def check_options(cfg: FitConfig) -> None:
             raise PdslError.at("BadOption", f"--param {name}: {value} is not finite")
     if cfg.data is None:
         raise PdslError.at("BadOption", "no data: give --data CSV (or `data = ...` in the --config file)")
+    if cfg.start not in ("auto", "data", "estimate"):
+        raise PdslError.at("BadOption", f"--start {cfg.start}: unknown", hint="auto, data or estimate")
+    for name, sigma in (cfg.noise or {}).items():
+        if not (math.isfinite(sigma) and sigma > 0):
+            raise PdslError.at("BadOption", f"--noise {name}: σ must be a positive finite number, got {sigma}")
 
 
 def resolve_defaults(cfg: FitConfig, has_networks: bool) -> FitConfig:
@@ -183,14 +201,14 @@ def resolve_defaults(cfg: FitConfig, has_networks: bool) -> FitConfig:
         _require_torch()
     if cfg.epochs is None:
         cfg.epochs = {"gauss-newton": 50, "ipopt": 200}.get(cfg.method, 2000)
-    if cfg.stride is None:
+    if cfg.stride is None and cfg.chunk is not None:
         cfg.stride = cfg.chunk
     if cfg.network_seed is None:
         cfg.network_seed = cfg.seed
     if cfg.project < 0:
         raise PdslError.at("BadOption", f"project must be a non-negative integer, got {cfg.project}")
     for name in ("epochs", "batch", "chunk", "stride", "substeps", "threads"):
-        if getattr(cfg, name) < 1:
+        if getattr(cfg, name) is not None and getattr(cfg, name) < 1:
             raise PdslError.at("BadOption", f"{name} must be a positive integer, got {getattr(cfg, name)}")
     if not (cfg.lr > 0 and cfg.lr_min >= 0 and cfg.weight_decay >= 0):
         raise PdslError.at("BadOption", "lr must be positive; lr_min and weight_decay non-negative")
@@ -210,6 +228,8 @@ def _require_torch() -> None:
 def _digest(path: str | None) -> str | None:
     if path is None:
         return None
+    if hasattr(path, "data") and hasattr(path, "columns"):  # an in-memory table (the Python API)
+        return hashlib.sha256(repr(tuple(path.columns)).encode() + path.data.tobytes()).hexdigest()
     try:
         return hashlib.sha256(Path(path).read_bytes()).hexdigest()
     except OSError:
@@ -220,6 +240,8 @@ def fingerprint(cfg: FitConfig, model_path: str, model_name: str) -> dict:
     """What must not change between a run and its ``--resume``: settings, model and data contents."""
     d = {k: v for k, v in asdict(cfg).items() if k not in _NO_FINGERPRINT}
     d["data"] = _digest(cfg.data)
+    if cfg.input:  # Python callables (the API) by name: a checkpoint header is JSON
+        d["input"] = {k: v if isinstance(v, str) else f"<python {getattr(v, '__name__', 'callable')}>" for k, v in cfg.input.items()}
     if cfg.init:
         d["init"] = _digest(cfg.init)
     d["model"] = {"name": model_name, "sha256": _digest(model_path)}

@@ -13,6 +13,13 @@ Every problem is a ``BadTrajectoryData`` error located at file, row and column: 
 missing columns, non-increasing time, a trajectory shorter than one chunk, non-uniform
 sampling (the fixed-step chunk loss of A5 takes one step per data interval). NaN, inf and
 non-numbers are caught by :func:`pdsl.data.csvio.read_table` (``BadCsv``).
+
+Measured data (``latent=True``, issue 16): columns are renamed first by a column map
+(:func:`pdsl.data.csvio.map_columns`: ``time=t``, ``run=traj``, ...); shown state columns may be
+missing (their values are ``NaN`` in ``Trajectory.S`` and the fit estimates every chunk's start
+state, see :mod:`pdsl.fit.latent`); sampling may be irregular and differ between trajectories
+(``Dataset.uniform`` is then False and ``dt`` is the median interval); inputs missing from the
+file can be given as functions of time (``inputs``).
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..backend.functions import NumericSystem
-from ..data.csvio import Table, cell_span, read_table, shown_value
+from ..data.csvio import Table, cell_span, map_columns, read_table, shown_value
 from ..diagnostics import PdslError, Span
 
 __all__ = ["Trajectory", "Dataset", "Chunks", "load_dataset", "split_validation", "make_chunks"]
@@ -53,6 +60,13 @@ class Dataset:
     inputs: tuple[str, ...]
     dt: float
     trajectories: tuple[Trajectory, ...]
+    uniform: bool = True  # one sampling interval dt everywhere; else dt is the median interval
+    measured: tuple[str, ...] | None = None  # shown columns present in the data (None: all)
+
+    @property
+    def latent(self) -> tuple[str, ...]:
+        """Shown state columns that are not measured (their start values are estimated)."""
+        return () if self.measured is None else tuple(n for n in self.shown if n not in self.measured)
 
     def subset(self, indices) -> "Dataset":
         return replace(self, trajectories=tuple(self.trajectories[i] for i in indices))
@@ -67,6 +81,7 @@ class Chunks:
     U: np.ndarray  # (N, n_u, n + 1): inputs at every sample of the chunk
     T: np.ndarray  # (N, n + 1): sample times
     origin: np.ndarray  # (N, 2): trajectory index and first sample of each chunk
+    Y0: np.ndarray | None = None  # (N, n_obs): observed columns at the first sample (latent starts compare it too)
 
     def __len__(self) -> int:
         return self.S0.shape[0]
@@ -76,7 +91,8 @@ class Chunks:
         return self.T.shape[1] - 1
 
     def take(self, idx) -> "Chunks":
-        return Chunks(self.S0[idx], self.Y[idx], self.U[idx], self.T[idx], self.origin[idx])
+        return Chunks(self.S0[idx], self.Y[idx], self.U[idx], self.T[idx], self.origin[idx],
+                      None if self.Y0 is None else self.Y0[idx])
 
 
 # ---------------------------------------------------------------- locating cells
@@ -91,19 +107,38 @@ def _error(path: str, line: int, column: int | None, message: str, hint: str | N
 
 
 # ---------------------------------------------------------------- loading
-def load_dataset(path: str, num: NumericSystem, *, observe=None, min_samples: int = 2) -> Dataset:
-    """Read and check a trajectory CSV against the model ``num`` (see the module docstring)."""
-    table = read_table(path)
-    cols = _check_columns(table, num, observe)
+def load_dataset(path, num: NumericSystem, *, observe=None, min_samples: int = 2, columns=None,
+                 inputs=None, latent: bool = False) -> Dataset:
+    """Read and check trajectory data against the model ``num`` (see the module docstring).
+
+    ``path`` is a CSV path or a :class:`~pdsl.data.csvio.Table` (what the Python API builds from a
+    DataFrame or arrays); ``columns`` maps file columns to model names (``{"time": "t"}``);
+    ``inputs`` maps input names to functions of a time array, for inputs that are not columns;
+    ``latent=True`` accepts missing state columns and irregular sampling (measured data)."""
+    table = path if isinstance(path, Table) else read_table(path)
+    table = map_columns(table, columns)
+    inputs = dict(inputs or {})
+    cols = _check_columns(table, num, observe, latent=latent, given_inputs=tuple(inputs))
     observed = cols["observed"]
+    measured = tuple(n for n in num.report_names if n in table.columns)
     groups = _split_trajectories(table)
     trajs = []
     dt = None
+    intervals = []
+    uniform = True
     for label, rows in groups:
         t = table.data[rows, table.columns.index("t")]
         first_line = int(rows[0]) + 2
         _check_time(table, t, first_line)
-        dt = _check_sampling(table, t, first_line, dt)
+        if latent:
+            intervals.append(np.diff(t))
+            if len(t) >= 2:
+                ref = float(intervals[0][0]) if dt is None else dt
+                dt = ref
+                if np.any(np.abs(np.diff(t) - ref) > _DT_RTOL * ref + 1e-12):
+                    uniform = False
+        else:
+            dt = _check_sampling(table, t, first_line, dt)
         if len(t) < min_samples:
             where = table.columns.index("traj") if "traj" in table.columns else table.columns.index("t")
             raise _error(
@@ -112,11 +147,39 @@ def load_dataset(path: str, num: NumericSystem, *, observe=None, min_samples: in
                 "use a shorter --chunk, or drop this trajectory",
             )
         pick = lambda names: table.data[np.ix_(rows, [table.columns.index(c) for c in names])]  # noqa: E731
-        trajs.append(Trajectory(label, first_line, t, pick(num.report_names), pick(observed), pick(num.u_names)))
-    return Dataset(table.path, num.report_names, observed, num.u_names, float(dt), tuple(trajs))
+        S = np.full((len(rows), len(num.report_names)), np.nan)
+        for k, name in enumerate(num.report_names):
+            if name in table.columns:
+                S[:, k] = table.data[rows, table.columns.index(name)]
+        U = np.zeros((len(rows), len(num.u_names)))
+        for k, name in enumerate(num.u_names):
+            U[:, k] = table.data[rows, table.columns.index(name)] if name in table.columns else _input_values(inputs, name, t)
+        trajs.append(Trajectory(label, first_line, t, S, pick(observed), U))
+    if latent and not uniform:
+        dt = float(np.median(np.concatenate(intervals)))
+    return Dataset(table.path, num.report_names, observed, num.u_names, float(dt if dt is not None else 1.0), tuple(trajs),
+                   uniform=uniform, measured=measured if latent else None)
 
 
-def _check_columns(table: Table, num: NumericSystem, observe) -> dict:
+def _input_values(inputs, name: str, t: np.ndarray) -> np.ndarray:
+    """An input given as a function of time, sampled at ``t`` (a scalar or an array of len(t))."""
+    fn = inputs[name]
+    try:
+        v = np.asarray(fn(t), dtype=float)
+    except PdslError:
+        raise
+    except Exception as exc:  # a user's callable failing
+        raise PdslError.at("BadOption", f"input `{name}`: the function raised {type(exc).__name__}: {exc}",
+                           hint="an input function takes an array of times and returns one value per time") from None
+    if v.ndim == 0:
+        v = np.full(len(t), float(v))
+    if v.shape != (len(t),) or not np.all(np.isfinite(v)):
+        raise PdslError.at("BadOption", f"input `{name}`: expected {len(t)} finite values, got shape {v.shape}",
+                           hint="an input function takes an array of times and returns one value per time")
+    return v
+
+
+def _check_columns(table: Table, num: NumericSystem, observe, latent: bool = False, given_inputs=()) -> dict:
     """Every column known, the required ones present; returns the observed column names."""
     known = {"t", "traj", *num.report_names, *num.y_names, *num.u_names}
     for k, name in enumerate(table.columns):
@@ -125,12 +188,24 @@ def _check_columns(table: Table, num: NumericSystem, observe) -> dict:
             close = difflib.get_close_matches(name, unused, n=1)
             hint = f"did you mean `{close[0]}`?" if close else "columns: t, traj, " + ", ".join(
                 [*num.report_names, *num.y_names, *num.u_names])
+            if latent:
+                hint += f"; rename columns with --map {shown_value(name)}=NAME"
             raise _error(table.path, 1, k, f"unknown column `{shown_value(name)}`: not a state, output or input of {num.system.name}", hint)
     if "t" not in table.columns:
-        raise _error(table.path, 1, None, "no `t` column", "a trajectory CSV starts with the time: t,b1.x,...")
+        raise _error(table.path, 1, None, "no `t` column",
+                     "a trajectory CSV starts with the time: t,b1.x,...; name another time column with --map time=t")
+    for name in given_inputs:
+        if name not in num.u_names:
+            raise PdslError.at("BadOption", f"--input {name}: the model has no exogenous input `{name}`",
+                               hint="exogenous inputs: " + (", ".join(num.u_names) or "none"))
+        if name in table.columns:
+            raise _error(table.path, 1, table.columns.index(name), f"input `{name}` is both a column of the data and given as --input",
+                         "give each input once: drop the column or the --input")
     for role, names, hint in (
-        ("state", num.report_names, "every chunk starts from a full data sample (latent initial states are not supported)"),
-        ("input", num.u_names, "exogenous inputs are read from the data, one column per input"),
+        ("state", () if latent else num.report_names,
+         "every chunk starts from a full data sample: fit with --start estimate to estimate unmeasured states"),
+        ("input", tuple(n for n in num.u_names if n not in given_inputs),
+         "exogenous inputs are read from the data, one column per input, or given as --input NAME=EXPR"),
     ):
         missing = [n for n in names if n not in table.columns]
         if missing:
@@ -145,6 +220,9 @@ def _check_columns(table: Table, num: NumericSystem, observe) -> dict:
                     _cell_span(table.path, 1, 0), "observed columns: " + ", ".join(candidates),
                 )
         candidates = [c for c in candidates if c in observe]
+    if not candidates:
+        raise _error(table.path, 1, None, f"no state or output column of {num.system.name} in the data: nothing to compare",
+                     "columns: " + ", ".join([*num.report_names, *num.y_names]) + "; rename file columns with --map FILE=NAME")
     return {"observed": tuple(candidates)}
 
 
@@ -216,10 +294,11 @@ def split_validation(ds: Dataset, fraction: float, seed: int) -> tuple[Dataset, 
 def make_chunks(ds: Dataset, steps: int, stride: int | None = None) -> Chunks:
     """Every window of ``steps`` intervals starting at 0, stride, 2·stride, ... (stride = steps: disjoint)."""
     stride = steps if stride is None else stride
-    S0, Y, U, T, origin = [], [], [], [], []
+    S0, Y, U, T, origin, Y0 = [], [], [], [], [], []
     for j, tr in enumerate(ds.trajectories):
         for s in range(0, len(tr) - steps, stride):
             S0.append(tr.S[s])
+            Y0.append(tr.Y[s])
             Y.append(tr.Y[s + 1 : s + steps + 1].T)
             U.append(tr.U[s : s + steps + 1].T)
             T.append(tr.t[s : s + steps + 1])
@@ -227,5 +306,5 @@ def make_chunks(ds: Dataset, steps: int, stride: int | None = None) -> Chunks:
     if not S0:
         n_obs, n_u = len(ds.observed), len(ds.inputs)
         return Chunks(np.zeros((0, len(ds.shown))), np.zeros((0, n_obs, steps)), np.zeros((0, n_u, steps + 1)),
-                      np.zeros((0, steps + 1)), np.zeros((0, 2), dtype=int))
-    return Chunks(np.array(S0), np.array(Y), np.array(U), np.array(T), np.array(origin, dtype=int))
+                      np.zeros((0, steps + 1)), np.zeros((0, 2), dtype=int), np.zeros((0, n_obs)))
+    return Chunks(np.array(S0), np.array(Y), np.array(U), np.array(T), np.array(origin, dtype=int), np.array(Y0))

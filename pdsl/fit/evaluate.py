@@ -179,15 +179,32 @@ def format_table(summary: dict) -> str:
     return "\n".join(rows)
 
 
-def plot_scores(path, scores: list[TrajectoryScore], title: str) -> None:
-    from .outputs import _pyplot, _save
+def score_figure(scores: list[TrajectoryScore], title: str):
+    """Err(t) of every trajectory (thin), their geometric mean (bold) and 10–90 % spread (band), as a Figure."""
+    from ..sim.plot import new_figure
 
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig = new_figure(figsize=(7, 4))
+    ax = fig.subplots()
     for s in scores:
-        ax.semilogy(s.t[1:], np.maximum(s.err[1:], 1e-16), lw=0.8, alpha=0.7)
+        ax.semilogy(s.t[1:], np.maximum(s.err[1:], 1e-16), lw=0.6, alpha=0.35, color="0.5")
+    lengths = {len(s.t) for s in scores}
+    if len(scores) > 1 and len(lengths) == 1 and all(np.allclose(s.t, scores[0].t) for s in scores):
+        E = np.log10(np.maximum(np.array([s.err[1:] for s in scores]), 1e-16))
+        t = scores[0].t[1:]
+        ax.fill_between(t, 10 ** np.percentile(E, 10, axis=0), 10 ** np.percentile(E, 90, axis=0), color="C0", alpha=0.2,
+                        label="10–90 % of trajectories")
+        ax.semilogy(t, 10 ** E.mean(axis=0), color="C0", lw=2, label=f"geometric mean over {len(scores)} trajectories")
+        ax.legend(fontsize=8, loc="best")
     ax.set_xlabel("t")
     ax.set_ylabel("bounded relative error")
     ax.set_title(title)
     ax.grid(alpha=0.3, which="both")
-    _save(fig, path)
+    fig.tight_layout()
+    return fig
+
+
+def plot_scores(path, scores: list[TrajectoryScore], title: str) -> None:
+    """``evaluate --plot``: :func:`score_figure` written to ``path`` atomically."""
+    from .outputs import _save
+
+    _save(score_figure(scores, title), path)

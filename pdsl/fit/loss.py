@@ -58,6 +58,7 @@ class LossSpec:
     threads: int = 1
     project: int = 0  # Newton steps projecting each chunk's first state onto the constraints (0: none)
     step_options: dict = field(default_factory=dict)
+    variable_step: bool = False  # irregular sampling: each interval's length comes from the sample times
 
 
 # ---------------------------------------------------------------- model pieces
@@ -148,6 +149,31 @@ def make_interval(num: NumericSystem, method: str, dt: float, substeps: int = 1,
     return ca.Function("interval", [x, p, u0, u1, tk], [xk], ["x", "p", "u0", "u1", "tk"], ["x_next"])
 
 
+def make_variable_interval(num: NumericSystem, method: str, substeps: int = 1, **step_options) -> ca.Function:
+    """``interval(x, p, u0, u1, tk, h) -> x(tk + h)`` for intervals of any length h (irregular samples).
+
+    Time is rescaled to τ ∈ [0, 1] (dx/dτ = h·f(tk + τh, x, p, u0 + τ(u1 − u0))), so the same
+    fixed-step schemes take ``substeps`` steps of 1/substeps in τ, whatever h is."""
+    if num.rhs is None:
+        raise PdslError.at("NotYetSupported", f"{num.system.name} is a DAE; fitting needs an ODE model", num.system.span)
+    if method not in INTEGRATORS:
+        raise PdslError.at("BadOption", f"--integrator {method}: unknown for fitting", hint="one of: " + ", ".join(INTEGRATORS))
+    sym = _sym(num)
+    nu, n_p = len(num.u_names), len(num.p_names)
+    tau, x, q = sym("tau"), sym("x", num.nx), sym("q", n_p + 2 * nu + 2)
+    p, u0, u1, tk, hk = q[:n_p], q[n_p : n_p + nu], q[n_p + nu : n_p + 2 * nu], q[n_p + 2 * nu], q[n_p + 2 * nu + 1]
+    f = ca.Function("f_interval", [tau, x, q], [hk * num.rhs(tk + tau * hk, x, p, u0 + tau * (u1 - u0))])
+    h = 1.0 / substeps
+    step = make_step(f, method, h, **step_options)
+    sym = ca.SX.sym if step.is_a("SXFunction") else ca.MX.sym
+    x, p, u0, u1, tk, hk = sym("x", num.nx), sym("p", n_p), sym("u0", nu), sym("u1", nu), sym("tk"), sym("h")
+    qq = ca.vertcat(p, u0, u1, tk, hk)
+    xk = x
+    for j in range(substeps):
+        xk = step(j * h, xk, qq)
+    return ca.Function("interval", [x, p, u0, u1, tk, hk], [xk], ["x", "p", "u0", "u1", "tk", "h"], ["x_next"])
+
+
 def _call(fn: ca.Function, *args):
     """Evaluate ``fn``; a failed implicit stage solve becomes a located user error."""
     try:
@@ -175,7 +201,10 @@ class ChunkLoss:
         options = dict(spec.step_options)
         if spec.method in ("midpoint", "gauss2"):
             options.setdefault("tol", _IMPLICIT_TOL)
-        self.interval = make_interval(num, spec.method, spec.dt, spec.substeps, **options)
+        if spec.variable_step:
+            self.interval = make_variable_interval(num, spec.method, spec.substeps, **options)
+        else:
+            self.interval = make_interval(num, spec.method, spec.dt, spec.substeps, **options)
         w = np.ones(len(observed)) if spec.weights is None else np.asarray(spec.weights, dtype=float)
         self.weights = ca.DM(w)
         self._cache: dict = {}
@@ -200,7 +229,10 @@ class ChunkLoss:
 
     def rollout_observed(self, n: int, x0, p, U, T):
         """States X and observations Ŷ at t_1..t_n of an n-step rollout from the state x0 (graph pieces)."""
-        X = self._rollout(n)(x0, p, U[:, :-1], U[:, 1:], T[:, :-1])
+        if self.spec.variable_step:
+            X = self._rollout(n)(x0, p, U[:, :-1], U[:, 1:], T[:, :-1], T[:, 1:] - T[:, :-1])
+        else:
+            X = self._rollout(n)(x0, p, U[:, :-1], U[:, 1:], T[:, :-1])
         return X, self.obs.map(n)(T[:, 1:], X, p, U[:, 1:])
 
     def weighted(self, Yhat, Y):

@@ -123,26 +123,22 @@ def write_history(path: Path, history: dict) -> None:
     write_table(path, ["epoch", "train", "val", "lr_or_damping", "seconds"], data)
 
 
-def _pyplot():
-    import matplotlib
+def _figure(figsize):
+    """A Figure built without pyplot: the user's matplotlib backend is never switched."""
+    from ..sim.plot import new_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    return new_figure(figsize=figsize)
 
 
 def _save(fig, path: Path) -> None:
-    plt = _pyplot()
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=100)
-    plt.close(fig)
 
 
 def plot_losses(path: Path, history: dict, loss_name: str) -> None:
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig = _figure((7, 4))
+    ax = fig.subplots()
     epochs = np.arange(1, len(history["train"]) + 1)
     ax.semilogy(epochs, history["train"], label="training")
     val = [np.nan if v is None else v for v in history["val"]]
@@ -156,9 +152,9 @@ def plot_losses(path: Path, history: dict, loss_name: str) -> None:
 
 
 def plot_validation(path: Path, t: np.ndarray, measured: np.ndarray, predicted: np.ndarray, names, title: str) -> None:
-    plt = _pyplot()
     k = min(len(names), 8)
-    fig, axes = plt.subplots(k, 1, sharex=True, figsize=(8, 1.4 + 1.4 * k), squeeze=False)
+    fig = _figure((8, 1.4 + 1.4 * k))
+    axes = fig.subplots(k, 1, sharex=True, squeeze=False)
     for j, ax in enumerate(axes[:, 0]):
         ax.plot(t, measured[:, j], ".", ms=3, color="0.4", label="measured")
         ax.plot(t, predicted[:, j], "-", lw=1.3, color="C1", label="predicted")

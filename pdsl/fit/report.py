@@ -33,11 +33,33 @@ def _validation_plot(run, theta, out_dir: Path, final_dir: Path) -> str:
     trajs = run.val.trajectories or run.train.trajectories
     which = "validation" if run.val.trajectories else "training (no validation data)"
     traj = trajs[0]
+    how = "from its first sample"
+    starts = getattr(run, "_starts", {}).get("val" if run.val.trajectories else "train")
+    if run.cfg.start == "estimate" and starts is not None and len(starts):
+        from dataclasses import replace
+
+        S = traj.S.copy()
+        S[0] = starts[0]  # the estimated start of the trajectory's first chunk (chunk 0 starts at its sample 0)
+        traj = replace(traj, S=S)
+        how = "from its estimated start state"
     predicted = run.loss.predict(run.layout.p_from_theta(theta), traj)
-    title = f"{run.model.name}: {which} trajectory {traj.label}, rollout from its first sample"
+    title = f"{run.model.name}: {which} trajectory {traj.label}, rollout {how}"
     with writing(final_dir / "validation.png"):
         out.plot_validation(out_dir / "validation.png", traj.t, traj.Y, predicted, run.data.observed, title)
     return f"{which} trajectory {traj.label} ({len(traj) - 1} steps, t = {traj.t[0]:g} … {traj.t[-1]:g})"
+
+
+def _identifiability_rows(summary) -> list[str]:
+    """What the data determine (pdsl.fit.identify): sentences, then correlations."""
+    ident = summary.get("identifiability")
+    if not ident:
+        return []
+    rows = ["## What these data determine", ""]
+    notes = summary.get("notes") or []
+    rows += [f"- {n}" for n in notes] if notes else ["- every free parameter is determined (no near-null direction of "
+                                                     "the Gauss–Newton information, no correlation beyond ±0.99)"]
+    return rows + ["", "Standard errors: s²(JᵀJ)⁻¹ of the Gauss–Newton information (chunk starts profiled out when "
+                   "they are estimated), mapped to the parameters by the delta method.", ""]
 
 
 def _regularizer_rows(run, result) -> list[str]:
@@ -79,7 +101,13 @@ def write_report(run, result, summary, out_dir: Path, final_dir: Path | None = N
         f"- model: `{run.model_path}`",
         f"- data: `{run.data.path}`: {len(run.train.trajectories)} training and {len(run.val.trajectories)} validation "
         f"trajectories (split by trajectory, seed {c.seed}), dt = {run.data.dt:g}",
-        f"- observed columns: {', '.join(f'`{n}`' for n in run.data.observed)}",
+        f"- observed columns: {', '.join(f'`{n}`' for n in run.data.observed)}"
+        + (f"; column map {', '.join(f'`{k}` → `{v}`' for k, v in c.map.items())}" if c.map else ""),
+        "- chunk starts: " + ("estimated with the parameters (the first sample is compared too; validation chunks get "
+                              "their starts fitted at the current parameters)" if c.start == "estimate" else
+                              "the data samples (BENCHMARKS A5)")
+        + (f"; unmeasured: {', '.join(f'`{n}`' for n in run.data.latent)}" if run.data.latent else "")
+        + ("" if run.data.uniform else "; irregular sampling: each interval integrated over its own length"),
         f"- loss: {c.loss} over chunks of {c.chunk} steps (stride {c.stride}), {c.integrator} with {c.substeps} "
         f"step(s) per interval (BENCHMARKS A5)",
         f"- optimiser: {c.method}, {summary['epochs']} epochs" + (" (converged)" if summary["converged"] else "")
@@ -91,6 +119,7 @@ def write_report(run, result, summary, out_dir: Path, final_dir: Path | None = N
     lines += _regularizer_rows(run, result)
     if run.layout.free_names:
         lines += ["## Parameters", "", *_parameter_rows(run, summary), ""]
+        lines += _identifiability_rows(summary)
     if run.layout.networks:
         specs = {nn.name: nn for nn in run.num.system.neural}
         lines += ["## Networks", "", "| network | layers | activation | weights |", "|---|---|---|---|"]

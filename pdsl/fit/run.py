@@ -10,7 +10,7 @@ a kill) leaves its checkpoint, and ``resume=True`` continues from it.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -93,13 +93,87 @@ def prepare(model_path: str, model_name: str | None, cfg: FitConfig, consts: Map
     p_start = _start_values(num, cfg.param)
     layout = make_layout(num, m, cfg.free, p_start)
     cfg = resolve_defaults(cfg, bool(layout.networks))
-    data = load_dataset(cfg.data, num, observe=cfg.observe, min_samples=cfg.chunk + 1)
+    data = load_dataset(cfg.data, num, observe=cfg.observe, min_samples=(cfg.chunk or 1) + 1, columns=cfg.map,
+                        inputs=fit_inputs(num, cfg.input), latent=cfg.start != "data")
+    cfg.start = choose_start(cfg, data, layout)
+    if cfg.chunk is None:  # 4 steps (A5); longer chunks when unmeasured states must be estimated per chunk
+        shortest = min(len(tr) for tr in data.trajectories) - 1
+        cfg.chunk = max(1, min(20 if data.latent and cfg.start == "estimate" else 4, shortest))
+    if cfg.stride is None:
+        cfg.stride = cfg.chunk
+    if cfg.start == "estimate":  # unmeasured columns get rough guesses; every chunk start is estimated
+        from .latent import start_guesses
+
+        data = replace(data, trajectories=tuple(replace(tr, S=S) for tr, S in zip(data.trajectories, start_guesses(data))))
     train, val = split_validation(data, cfg.val_fraction, cfg.seed)
     spec = LossSpec(steps=cfg.chunk, dt=data.dt, method=cfg.integrator, substeps=cfg.substeps, loss=cfg.loss,
-                    threads=cfg.threads, project=cfg.project)
+                    threads=cfg.threads, project=cfg.project, variable_step=not data.uniform,
+                    weights=noise_weights(cfg.noise, data.observed))
     loss = make_loss(num, layout, spec, data.observed, cfg)  # CasADi or torch backend (cfg.backend)
     loss = regularize.wrap_loss(loss, cfg, m, num, layout, train)  # equilibrium / sparsity terms, when set
     return FitRun(model_path, m, num, layout, cfg, data, train, val, loss, p_start)
+
+
+def fit_inputs(num: NumericSystem, exprs: Mapping[str, str] | None) -> dict:
+    """``--input NAME=EXPR`` / ``[input]`` for a fit: expressions of t (pdsl syntax), or Python callables
+    of a time array (the API), as functions of a time array."""
+    from ..sim.simulate import input_from_expression
+
+    out = {}
+    for name, expr in (exprs or {}).items():
+        if name not in num.u_names:
+            raise PdslError.at("BadOption", f"--input {name}: the model has no exogenous input `{name}`",
+                               hint="exogenous inputs: " + (", ".join(num.u_names) or "none"))
+        if callable(expr):
+            out[name] = expr
+            continue
+        sig = input_from_expression(num, name, str(expr))
+        if sig.fn.sparsity_jac(1, 0).nnz():
+            raise PdslError.at("BadOption", f"--input {name}={expr}: a fit's input is a function of time only",
+                               hint="give measured inputs as a data column instead")
+        p0 = num.param_vector({})
+        x0 = np.zeros(num.nx)
+        fn = sig.fn
+        out[name] = lambda t, fn=fn, p0=p0, x0=x0: np.asarray(
+            fn.map(len(np.atleast_1d(t)))(np.atleast_1d(t)[None, :], np.tile(x0[:, None], len(np.atleast_1d(t))),
+                                          np.tile(p0[:, None], len(np.atleast_1d(t))))).ravel()
+    return out
+
+
+def noise_weights(noise: Mapping[str, float] | None, observed: tuple[str, ...]) -> tuple[float, ...] | None:
+    """Residual weights 1/σ per observed column from ``--noise COL=σ`` (unlisted columns: weight 1)."""
+    if not noise:
+        return None
+    for name in noise:
+        if name not in observed:
+            raise PdslError.at("BadOption", f"--noise {name}: `{name}` is not an observed column",
+                               hint="observed columns: " + ", ".join(observed))
+    return tuple(1.0 / float(noise[n]) if n in noise else 1.0 for n in observed)
+
+
+def choose_start(cfg: FitConfig, data: Dataset, layout: ParamLayout) -> str:
+    """``auto``: estimate the chunk starts when states are unmeasured or samples irregular, or for a
+    Gauss–Newton fit of physical parameters (no networks): noisy first samples would bias it; else
+    start from the data (A5)."""
+    want = cfg.start
+    need = bool(data.latent)
+    if want == "data":
+        return "data"
+    if want == "auto":
+        want = "estimate" if need or (cfg.method == "gauss-newton" and not layout.networks and cfg.shooting == "single") else "data"
+    if want == "estimate":
+        if cfg.shooting == "multiple":
+            if need:
+                raise PdslError.at("BadOption", "multiple shooting starts its nodes from full data samples; "
+                                   f"{', '.join(data.latent)} {'is' if len(data.latent) == 1 else 'are'} not measured",
+                                   hint="use the default --shooting single (chunk starts are estimated)")
+            return "data"
+        if cfg.method != "gauss-newton":
+            why = ", ".join(data.latent)
+            raise PdslError.at("BadOption", f"estimated chunk starts are fitted by gauss-newton, not {cfg.method}"
+                               + (f" (unmeasured: {why})" if why else ""),
+                               hint="use --method gauss-newton, or give every state column")
+    return want
 
 
 def _initial_state(run: FitRun, out_dir: Path, resume: bool) -> ck.State:
@@ -124,7 +198,7 @@ def _check_inputs(cfg: FitConfig, out_dir: Path, resume: bool) -> None:
 
     check_options(cfg)
     for what, name in (("data", cfg.data), ("--init", cfg.init)):
-        if name is None:
+        if name is None or not isinstance(name, (str, Path)):  # an in-memory table (the Python API)
             continue
         p = Path(name)
         at = Span.point(str(p), 1, 1)
@@ -168,12 +242,12 @@ def _row_span(path: str, line: int, column: str | None = None):
     """The cell of the column named ``column`` on file line ``line`` (the whole line when it is not found)."""
     import csv
 
-    from ..data.csvio import cell_span
+    from ..data.csvio import cell_span, split_header
     from ..diagnostics import source_text
 
     first = (source_text(path) or "").split("\n", 1)[0]
-    try:
-        header = next(csv.reader([first]), []) if first else []
+    try:  # `theta [rad]` is the column `theta`
+        header = [split_header(h)[0] for h in next(csv.reader([first]), [])] if first else []
     except csv.Error:  # a header cell beyond csv's field limit: point at the line
         header = []
     return cell_span(path, line, header.index(column) if column in header else len(header) + 1)
@@ -271,7 +345,11 @@ def run_fit(model_path: str, model_name: str | None, cfg: FitConfig, out_dir: st
     t0 = time.perf_counter()
     save = _checked_save(run, out_dir / ck.NAME, fp)
     on_epoch = regularize.epoch_callback(run.loss, state, train_chunks, save)
-    if segments is not None:
+    if c.start == "estimate":
+        from .latent import latent_gauss_newton
+
+        result = latent_gauss_newton(run.loss, run.train, train_chunks, val_chunks, state, opts, on_epoch=on_epoch)
+    elif segments is not None:
         result = multiple_shooting(run.loss, segments, val_chunks, state, opts, on_epoch, hessian=c.hessian, log=log)
     elif c.method == "ipopt":
         result = ipopt(run.loss, train_chunks, val_chunks, state, opts, on_epoch, hessian=c.hessian, log=log)
@@ -281,9 +359,52 @@ def run_fit(model_path: str, model_name: str | None, cfg: FitConfig, out_dir: st
     save(result.state)
     elapsed = time.perf_counter() - t0
     summary = _summary(run, result, elapsed)
+    run._starts = {"train": result.state.arrays.get("starts"), "val": result.state.arrays.get("starts_val")}
+    ident = identifiability(run, result, train_chunks, c.batch)
+    if ident is not None:
+        summary["identifiability"] = ident.to_dict()
+        summary["notes"] = list(ident.sentences)
     if result.finished:
         _write_outputs(run, result, summary, out_dir)
     return summary
+
+
+def identifiability(run: FitRun, result: Result, train_chunks, batch: int = 200):
+    """Standard errors, undetermined combinations and (data-start chunks) the residual-growth check;
+    None for fits with networks, without free parameters, or by multiple shooting."""
+    from .identify import analyse, residual_growth
+
+    lay = run.layout
+    if lay.networks or not lay.free_names or run.cfg.shooting == "multiple":
+        return None
+    theta = np.asarray(result.state.theta, dtype=float)
+    notes = []
+    if "information" in result.state.arrays:  # estimated starts: information with the starts profiled out
+        H = result.state.arrays["information"]
+        cost, dof = float(result.state.extra["residual_cost"]), int(result.state.extra["residual_dof"])
+    else:
+        base = getattr(run.loss, "base", run.loss)
+        if not isinstance(base, ChunkLoss):
+            return None
+        from .train import _stacked_residuals
+
+        r, J = _stacked_residuals(base, theta, train_chunks, batch)
+        H, cost, dof = J.T @ J, float(r @ r), len(r) - J.shape[1]
+        growth = residual_growth(r, len(train_chunks), train_chunks.steps, len(base.observed))
+        scale = float(np.mean(np.concatenate([tr.Y.ravel() for tr in run.train.trajectories]) ** 2)) or 1.0
+        if growth is not None and growth > 2.0 and cost / max(len(r), 1) > 1e-10 * scale:
+            notes.append(
+                f"the residuals grow along the chunks (mean square ×{growth:.3g} from the first to the last step): the chunk "
+                "starts are noisy data samples, so these estimates are biased and their errors too small; fit with "
+                "--start estimate (chunk starts fitted) or --shooting multiple")
+    p = lay.p_from_theta(theta)
+    idx = [run.num.p_names.index(n) for n in lay.free_names]
+    values = np.array([p[i] for i in idx])
+    dp = np.array([tr.derivative(float(theta[k])) for k, tr in enumerate(lay.transforms)])
+    T = np.where(values != 0, dp / np.where(values != 0, values, 1.0), 1.0)
+    ident = analyse(lay.free_names, values, H[: len(idx), : len(idx)], cost, dof, T)
+    ident.sentences[:0] = notes
+    return ident
 
 
 def _banner(run: FitRun, n_train: int, n_val: int, epoch: int, segments=None) -> str:
@@ -301,7 +422,10 @@ def _banner(run: FitRun, n_train: int, n_val: int, epoch: int, segments=None) ->
             f"  data {run.data.path}: {len(run.train.trajectories)} training / {len(run.val.trajectories)} validation "
             f"trajectories, {pieces} (dt {run.data.dt:g})\n"
             f"  {c.method}, {c.loss} loss, {c.integrator} x{c.substeps}, {c.epochs} epochs{resumed}, "
-            f"{getattr(run.loss, 'backend', 'casadi')} backend")
+            f"{getattr(run.loss, 'backend', 'casadi')} backend"
+            + ("" if c.start != "estimate" else "; chunk starts estimated"
+               + (f" (unmeasured: {', '.join(run.data.latent)})" if run.data.latent else ""))
+            + ("" if run.data.uniform else "; irregular sampling"))
 
 
 def _summary(run: FitRun, result: Result, elapsed: float) -> dict:
@@ -381,6 +505,16 @@ def _strict(obj):
     return obj
 
 
+def _settings(cfg: FitConfig) -> dict:
+    """The settings as JSON values: in-memory data (the Python API) and Python input functions by description."""
+    d = dict(vars(cfg))
+    if d.get("data") is not None and not isinstance(d["data"], str):
+        d["data"] = f"<in-memory table {getattr(d['data'], 'path', '')}>"
+    if d.get("input"):
+        d["input"] = {k: v if isinstance(v, str) else f"<python {getattr(v, '__name__', 'callable')}>" for k, v in d["input"].items()}
+    return d
+
+
 def _params_json(run: FitRun, summary: dict, names: dict) -> dict:
     """The content of params.json: strict JSON (optional numbers that are not finite become null)."""
     specs = {q.name: q for q in run.model.params}
@@ -400,7 +534,8 @@ def _params_json(run: FitRun, summary: dict, names: dict) -> dict:
         "epochs": summary["epochs"], "converged": summary["converged"],
         "solver_status": summary["solver_status"], "continuity": _finite_or_none(summary["continuity"]),
         "train_loss": _finite_or_none(summary["train_loss"]), "val_loss": _finite_or_none(summary["val_loss"]),
-        "settings": _strict(dict(vars(run.cfg))),
+        "settings": _strict(_settings(run.cfg)),
+        "identifiability": _strict(summary.get("identifiability")),
     }
 
 

@@ -44,6 +44,10 @@ class InputSignal:
     name: str
     fn: object
     description: str
+    # with conditions on t alone (``--input "F=if t < 1 then 0 else 2"``): fn_mode(t, t_mode, x, p) reads them
+    # at t_mode, and switches(t, p) -> g changes sign at the switching times (pdsl.backend.events)
+    fn_mode: object = None
+    switches: object = None
 
 
 @dataclass(frozen=True)
@@ -61,12 +65,21 @@ class SimulationResult:
     shown: np.ndarray | None = None  # the state as a CSV shows it (velocities for Cartesian momenta)
     shown_names: tuple[str, ...] = ()
     power: np.ndarray | None = None  # dE/dt along the flow (supplied − dissipated), with ``energy``
+    u: np.ndarray | None = None  # exogenous inputs used (len(t), nu), so that `fit` can read them back
+    u_names: tuple[str, ...] = ()
+    units: tuple[tuple[str, str], ...] = ()  # (name, unit) of columns with a unit: headers `theta [rad]`
 
     def columns(self) -> tuple[list[str], np.ndarray]:
-        """CSV columns: t, the shown state, algebraic variables, outputs."""
+        """CSV columns: t, the shown state, algebraic variables, outputs, then the exogenous inputs used."""
         shown, names = (self.shown, self.shown_names) if self.shown is not None else (self.x, self.x_names)
-        header = ["t", *names, *self.z_names, *self.y_names]
-        data = np.column_stack([self.t, shown, self.z, self.y]) if len(self.t) else np.zeros((0, len(header)))
+        u = self.u if self.u is not None else np.zeros((len(self.t), 0))
+        header = ["t", *names, *self.z_names, *self.y_names, *self.u_names]
+        if self.units:  # `theta [rad]` (pdsl.data.csvio.header_with_unit); unchanged for a model without units
+            from ..data.csvio import header_with_unit
+
+            unit = dict(self.units, t="s")
+            header = [header_with_unit(h, unit.get(h)) for h in header]
+        data = np.column_stack([self.t, shown, self.z, self.y, u]) if len(self.t) else np.zeros((0, len(header)))
         return header, data
 
 
@@ -100,7 +113,16 @@ def input_from_expression(num: NumericSystem, name: str, text: str) -> InputSign
     symbols.update({s.symbol: x[i] for i, s in enumerate(sys.states)})
     symbols.update({q.symbol: p[i] for i, q in enumerate(sys.params)})
     fn = ca.Function(f"u_{len(name)}", [t, x, p], [Converter(symbols)(expr)])
-    return InputSignal(name=name, fn=fn, description=text)
+    from ..backend.events import MODE_TIME, mode_substitution, switch_functions, time_conditions
+
+    conditions = time_conditions([expr], {q.symbol for q in sys.params})
+    if not conditions:
+        return InputSignal(name=name, fn=fn, description=text)
+    tm = ca.SX.sym("t_mode")
+    conv = Converter({**symbols, MODE_TIME: tm})
+    fn_mode = ca.Function(f"u_mode_{len(name)}", [t, tm, x, p], [conv(expr.xreplace(mode_substitution(conditions)))])
+    switches = ca.Function(f"u_switches_{len(name)}", [t, p], [ca.vertcat(*[conv(g) for g in switch_functions(conditions)])])
+    return InputSignal(name=name, fn=fn, description=text, fn_mode=fn_mode, switches=switches)
 
 
 def inputs_from_csv(path: str | Path, wanted: tuple[str, ...], *,
@@ -268,6 +290,8 @@ class _Setup:
     substeps: int
     stabilize: str
     inputs: dict
+    switches: tuple[float, ...] = ()  # times where a condition on t alone changes (integration stops there)
+    state_conditions: int = 0  # conditions on the state: stepped through, not located
 
 
 def _setup(num, params, inputs, integrator, rtol, atol, substeps, stabilize) -> _Setup:
@@ -343,6 +367,9 @@ def simulate(
     """
     from .initial import Projector, initial_state
 
+    if num.nx == 0 and num.nz == 0:
+        raise PdslError.at("EmptyModel", f"model `{num.system.name}` has no states: it is a signal block (outputs of its "
+                           "inputs)", num.system.span, "use it as an instance in a model with dynamics")
     st = _setup(num, params, inputs, integrator, rtol, atol, substeps, stabilize)
     x_init = initial_state(num, dict(x0 or {}), st.p, float(grid[0]))
     info: dict = {}
@@ -351,6 +378,7 @@ def simulate(
         x_init = proj.x
         info["projection"] = proj
     st, extra = _apply_gains(num, st, x_init[None, :], grid, baumgarte_alpha, baumgarte_beta, params)
+    st = _locate_switches(num, st, grid)
     info.update(extra)
     (X, Z), = _integrate(num, grid, x_init[None, :], st)
     return _result(num, grid, X, Z, st.p, st.inputs, {**info, **_describe(st)})
@@ -378,14 +406,40 @@ def simulate_batch(
     """
     st = _setup(num, params, inputs, integrator, rtol, atol, substeps, stabilize)
     st, extra = _apply_gains(num, st, np.atleast_2d(x0s), grid, baumgarte_alpha, baumgarte_beta, params)
+    st = _locate_switches(num, st, grid)
     runs = _integrate(num, grid, np.atleast_2d(x0s), st, threads=threads)
     return [_result(num, grid, X, Z, st.p, st.inputs, {**_describe(st), **extra}) for X, Z in runs]
 
 
 def _describe(st: _Setup) -> dict:
+    events = {}
+    if st.switches:
+        events["switch_times"] = list(st.switches)
+    if st.state_conditions:
+        events["state_conditions"] = (f"{st.state_conditions} condition(s) on the state: the integrator steps through "
+                                      "their switches under error control; they are not located as events")
     if st.integrator in FIXED_STEP:
-        return {"integrator": st.integrator, "substeps": st.substeps, "stabilize": st.stabilize}
-    return {"integrator": st.integrator, "rtol": st.rtol, "atol": st.atol, "stabilize": st.stabilize}
+        return {"integrator": st.integrator, "substeps": st.substeps, "stabilize": st.stabilize, **events}
+    return {"integrator": st.integrator, "rtol": st.rtol, "atol": st.atol, "stabilize": st.stabilize, **events}
+
+
+def _locate_switches(num, st: _Setup, grid) -> _Setup:
+    """The switching times of conditions on t alone (pdsl.backend.events) inside the grid, for CVODES/IDAS
+    (which then stop there); conditions on the state are counted for the record."""
+    from ..backend.events import relationals, switch_times, time_conditions
+
+    rels = relationals([e.lhs - e.rhs for e in num.system.differential + num.system.algebraic]
+                       + list(num.system.input_laws().values()))
+    n_time = len(time_conditions(list(rels), {q.symbol for q in num.system.params}))
+    st = replace(st, state_conditions=len(rels) - n_time) if len(rels) > n_time else st
+    fns = [num.switches] if num.switches is not None else []
+    fns += [sig.switches for sig in st.inputs.values() if getattr(sig, "switches", None) is not None]
+    if not fns or st.integrator not in INTEGRATORS or st.stabilize == "project" or len(grid) < 2:
+        return st
+    times = sorted({r for f in fns for r in switch_times(f, st.p, float(grid[0]), float(grid[-1]))})
+    tol = 1e-12 * max(1.0, abs(float(grid[0])), abs(float(grid[-1])))
+    merged = [r for k, r in enumerate(times) if k == 0 or r - times[k - 1] > tol]
+    return replace(st, switches=tuple(merged))
 
 
 def _integrate(num, grid, X0, st: _Setup, threads: int = 1) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -411,6 +465,8 @@ def _integrate(num, grid, X0, st: _Setup, threads: int = 1) -> list[tuple[np.nda
             Xk = np.column_stack([X0[k], Xk[:, st.substeps - 1 :: st.substeps]]).T
             runs.append((Xk, np.zeros((len(grid), 0))))
         return runs
+    if st.switches:
+        return _integrate_segments(num, grid, X0, st, t, x, z, P, threads)
     F = _sundials(num, st, t, x, z, P, xdot, g, float(grid[0]), [float(v) for v in grid])
     try:
         if n == 1:
@@ -440,6 +496,43 @@ def _sundials(num, st, t, x, z, P, xdot, g, t0, tout):
         return ca.integrator("F", plugin, dae, t0, tout, opts)
     except RuntimeError as exc:
         raise _failure(num, st, exc) from None
+
+
+def _integrate_segments(num, grid, X0, st: _Setup, t, x, z, P, threads):
+    """CVODES/IDAS from switch to switch (st.switches): each segment is a fresh integration that ends exactly
+    at the switch, with the conditions on t alone (of the model and of --input expressions) frozen at their
+    value inside the segment (its middle)."""
+    tm = type(x).sym("t_mode")
+    sigs = [st.inputs[name] for name in num.u_names]
+    u = ca.vertcat(*[sig.fn_mode(t, tm, x, P) if getattr(sig, "fn_mode", None) is not None else sig.fn(t, x, P)
+                     for sig in sigs]) if sigs else type(x)(0, 1)
+    xdot, g = num.dae_modes(t, tm, x, z, P, u) if num.dae_modes is not None else num.dae(t, x, z, P, u)
+    n, m = X0.shape[0], len(grid)
+    tol = 1e-12 * max(1.0, abs(float(grid[0])), abs(float(grid[-1])))
+    edges = [float(grid[0]), *st.switches, float(grid[-1])]
+    Xs = np.zeros((n, m, num.nx))
+    Zs = np.zeros((n, m, num.nz))
+    Xs[:, 0], Zs[:, 0] = X0, num.z_start
+    xa, za = X0.T.copy(), np.tile(num.z_start[:, None], n)
+    for a, b in zip(edges[:-1], edges[1:]):
+        inside = [k for k in range(1, m) if a + tol < grid[k] < b - tol]
+        at_end = [k for k in range(1, m) if abs(grid[k] - b) <= tol]
+        tout = [float(grid[k]) for k in inside] + [b]
+        F = _sundials(num, st, t, x, z, ca.vertcat(P, tm), xdot, g, a, tout)
+        if n > 1:
+            F = F.map(n, "thread", threads)
+        try:
+            res = F(x0=xa, p=np.append(st.p, 0.5 * (a + b)), z0=za)
+        except RuntimeError as exc:
+            raise _failure(num, st, exc) from None
+        xf = np.asarray(res["xf"]).reshape(num.nx, n, len(tout)) if n > 1 else np.asarray(res["xf"])[:, None, :]
+        zf = (np.asarray(res["zf"]).reshape(num.nz, n, len(tout)) if n > 1 else np.asarray(res["zf"])[:, None, :]) \
+            if num.nz else np.zeros((0, n, len(tout)))
+        for j, k in enumerate(inside + at_end[:1]):
+            Xs[:, k] = xf[:, :, j if k in inside else -1].T
+            Zs[:, k] = zf[:, :, j if k in inside else -1].T
+        xa, za = xf[:, :, -1], zf[:, :, -1]
+    return [(Xs[i], Zs[i]) for i in range(n)]
 
 
 def _integrate_projected(num, grid, x0, st, t, x, z, P, xdot, g):
@@ -501,6 +594,7 @@ def _result(num, grid, X, Z, p, inputs, info) -> SimulationResult:
     return SimulationResult(
         t=grid, x=X, z=Z, x_names=num.x_names, z_names=num.z_names, y=Y, y_names=num.y_names,
         energy=E, constraint_rms=C, info=info, shown=shown, shown_names=num.report_names, power=P,
+        u=U, u_names=tuple(num.u_names), units=num.system.units,
     )
 
 

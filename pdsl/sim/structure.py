@@ -16,10 +16,9 @@ def plot_structure(model, num, path) -> None:
     """Draw every body (centre, axis points) and connector of ``model`` at its initial state."""
     if not model.bodies:
         raise PdslError.at("BadOption", "--plot-structure draws Cartesian bodies; this model has none", model.span)
-    import matplotlib
+    from matplotlib.lines import Line2D
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from .plot import new_figure
 
     x = num.x_start
     if num.invariants.size1_out(0):
@@ -31,7 +30,7 @@ def plot_structure(model, num, path) -> None:
         return np.array([float(S.as_expr(c).xreplace(values)) for c in vec])
 
     d = model.space
-    fig = plt.figure(figsize=(6, 6))
+    fig = new_figure(figsize=(6, 6))
     ax = fig.add_subplot(projection="3d" if d == 3 else None)
 
     def draw(points, **kw):
@@ -54,10 +53,9 @@ def plot_structure(model, num, path) -> None:
     if d == 2:
         ax.set_aspect("equal", adjustable="datalim")
         ax.grid(alpha=0.3)
-    handles = [plt.Line2D([], [], color=col, label=kind) for kind, col in _COLORS.items()
+    handles = [Line2D([], [], color=col, label=kind) for kind, col in _COLORS.items()
                if any(c.kind == kind for c in model.connectors)]
     if handles:
         ax.legend(handles=handles, loc="best")
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=100)
-    plt.close(fig)

@@ -26,7 +26,8 @@ def test_fit_writes_every_output(tmp_path, spring_model, small_spring_data, caps
     out = tmp_path / "out"
     assert fit(spring_model, small_spring_data, out, "--free", "m1,m2", "--val-fraction", "0.25") == 0
     text = capsys.readouterr().out
-    assert "m1 = 1.3" in text and "m2 = 0.7" in text
+    assert "m1 = 1.29" in text or "m1 = 1.30" in text  # chunk starts are estimated by default (issue 16)
+    assert "m2 = 0.69" in text or "m2 = 0.70" in text
     for name in ("params.json", "report.md", "loss.png", "validation.png", "history.csv", "checkpoint.npz",
                  "spring_pendulum.fitted.phm"):
         assert (out / name).is_file(), name
@@ -211,10 +212,10 @@ def test_fit_with_an_exogenous_input_column(tmp_path):
     sim = tmp_path / "sim.csv"
     assert cli("simulate", model, "--t-end", 4, "--dt", 0.02, "--param", "m=0.8", "--input", "F=sin(3*t)",
                "--rtol", 1e-11, "-o", sim) == 0
+    # simulate writes the input it used as a column (issue 16): the file fits as it is
+    assert sim.read_text().splitlines()[0] == "t,x,v,F"
     table = np.loadtxt(sim, delimiter=",", skiprows=1)
-    t = table[:, 0]
-    data = tmp_path / "data.csv"
-    np.savetxt(data, np.column_stack([table, np.sin(3 * t)]), delimiter=",", header="t,x,v,F", comments="")
+    np.testing.assert_allclose(table[:, 3], np.sin(3 * table[:, 0]), atol=1e-12)
     out = tmp_path / "out"
-    assert fit(model, data, out, "--val-fraction", "0") == 0
+    assert fit(model, sim, out, "--val-fraction", "0") == 0
     assert json.loads((out / "params.json").read_text())["values"]["m"] == pytest.approx(0.8, rel=1e-3)

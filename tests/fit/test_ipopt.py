@@ -44,7 +44,8 @@ def _rel_err(values):
 
 @pytest.mark.parametrize("start", [(0.05, 0.05, 1.0), (0.5, 1.0, 10.0)])
 def test_multiple_shooting_recovers_where_single_shooting_fails(tmp_path, fhn_data, start):
-    single = _fit(fhn_data, tmp_path / "ss", start, "--chunk", 400, "--method", "gauss-newton", "--epochs", 100)
+    single = _fit(fhn_data, tmp_path / "ss", start, "--chunk", 400, "--method", "gauss-newton", "--epochs", 100,
+                  "--start", "data")  # single shooting from the first sample (the default would estimate it)
     multiple = _fit(fhn_data, tmp_path / "ms", start, "--chunk", 10, "--shooting", "multiple")
     assert _rel_err(single["values"]) > 0.5, single["values"]  # a local minimum far from the truth
     assert _rel_err(multiple["values"]) < 0.02, multiple["values"]
@@ -56,7 +57,7 @@ def test_multiple_shooting_recovers_where_single_shooting_fails(tmp_path, fhn_da
 def test_ipopt_single_shooting_matches_gauss_newton(tmp_path, spring_model, small_spring_data):
     """Same problem (mean squared chunk error), two optimisers: the same minimum."""
     gn = cli("fit", spring_model, "--data", small_spring_data, "--free", "m1,m2", "--val-fraction", 0, "--quiet",
-             "-o", tmp_path / "gn", "--tol", 1e-14)
+             "-o", tmp_path / "gn", "--tol", 1e-14, "--start", "data")  # ipopt's objective: chunks from the samples
     ip = cli("fit", spring_model, "--data", small_spring_data, "--free", "m1,m2", "--val-fraction", 0, "--quiet",
              "-o", tmp_path / "ip", "--method", "ipopt")
     assert gn == ip == 0
