@@ -210,6 +210,25 @@ class PowerBalance:
     modulo: tuple[sp.Expr, ...] = ()
 
 
+def symbols_in(exprs, wanted: set) -> set:
+    """The symbols of ``wanted`` that occur in ``exprs``, each shared subexpression visited once (sympy's
+    ``free_symbols`` revisits every occurrence: exponential in the depth of shared subtrees of multibody rows)."""
+    found: set = set()
+    seen: set = set()
+    stack = list(exprs)
+    while stack:
+        e = stack.pop()
+        if e in seen:
+            continue
+        seen.add(e)
+        if e.is_Symbol:
+            if e in wanted:
+                found.add(e)
+        elif not e.is_Atom:
+            stack.extend(e.args)
+    return found
+
+
 def interface_balance(system: SymbolicSystem) -> list:
     """Pairs of interface ports (the network's side, the mechanics' side) with the sum of their powers, which a
     power-conserving interface makes identically zero (LANGUAGE.md §10)."""
@@ -333,7 +352,7 @@ def check_structure(system: SymbolicSystem) -> None:
         if not equations and not unknowns:
             continue
         wanted = set(unknowns)
-        rows = [(e.lhs - e.rhs).free_symbols & wanted for e in equations]
+        rows = [symbols_in((e.lhs, e.rhs), wanted) for e in equations]
         col_of, row_of = _matching(rows, unknowns)
         if len(col_of) == len(equations) == len(unknowns):
             continue
