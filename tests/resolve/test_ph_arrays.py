@@ -103,7 +103,7 @@ def test_two_port_arrays_and_const_override():
         flow_store a[i](qa[i]) energy qa[i]^2/2 for i in 1..N
         flow_store b[i](qb[i]) energy qb[i]^2/2 for i in 1..N
         resistive r[i]: e = f for i in 1..N
-        transformer tr[i](x, y): e_a = n*e_b for i in 1..N
+        transformer tr[i](x, y): e_x = n*e_y for i in 1..N
         junction common_effort(a[i], r[i], tr[i].x) for i in 1..N
         junction common_effort(-tr[i].y, b[i]) for i in 1..N
     """
