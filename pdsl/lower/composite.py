@@ -34,7 +34,7 @@ import sympy as sp
 
 from .. import symbols as S
 from ..diagnostics import PdslError
-from ..resolve.model import Element, GeneralizedForce, Input, Model, port_forces as _port_forces
+from ..resolve.model import GeneralizedForce, Input, Model, Source, Structure, port_forces as _port_forces
 from .ir import Constraint, Equation, Port, SymbolicSystem
 from .registry import Formalism, LowerOptions, formalism_for, register
 
@@ -73,7 +73,7 @@ def parts_of(model: Model) -> dict[str, Model]:
 
 
 def _claims(model: Model) -> bool:
-    if any(e.kind == "structure" for e in model.elements):
+    if any(isinstance(e, Structure) for e in model.elements):
         return False  # the input-state-output form is one formalism (var + hamiltonian + structure)
     return bool(model.interfaces) or len(parts_of(model)) > 1
 
@@ -94,13 +94,13 @@ def _with_interfaces(net: Model, model: Model, imposed: dict[str, str]) -> Model
     by_port = {i.port: i for i in model.interfaces}
     elements = []
     for el in net.elements:
-        itf = by_port.get(el.name) if el.kind == "source" else None
+        itf = by_port.get(el.name) if isinstance(el, Source) and el.interface else None
         if itf is not None:
             if imposed[itf.port] == "across":
                 var, value = itf.across_is, itf.placeholder
             else:
                 var, value = ("effort" if itf.across_is == "flow" else "flow"), _through(itf)
-            el = Element(kind="source", name=el.name, span=el.span, data={**el.data, "kind": var, "value": value})
+            el = replace(el, imposes=var, value=value)
         elements.append(el)
     # an imposed across value is an input of the network: a store it would fix is then a located DependentStorage
     # (its derivative would be needed), which sends the interface to the multiplier form

@@ -58,7 +58,7 @@ from sympy.core.function import AppliedUndef
 
 from .. import symbols as S
 from ..diagnostics import Collector, PdslError, Span
-from ..resolve.model import Element, Model
+from ..resolve.model import Element, Junction, Model, Resistive, Source, Store, Structure, TwoPort
 from ..resolve.port_hamiltonian import port_symbols
 from .common import check_no_unsupported, make_state, resolve_input_laws
 from .ir import Algebraic, Constraint, Equation, Port, PowerTerm, SymbolicSystem, closed_input_laws
@@ -80,7 +80,7 @@ _FROZEN = dict(frozen=True, slots=True, kw_only=True)
 def lower_port_hamiltonian(model: Model) -> SymbolicSystem:
     check_no_unsupported(model, {"hamiltonian"}, "port-Hamiltonian")
     resolve_input_laws(model)
-    structure = [e for e in model.elements if e.kind == "structure"]
+    structure = [e for e in model.elements if isinstance(e, Structure)]
     if structure:
         return _iso_form(model, structure)
     return _network(model)
@@ -90,7 +90,7 @@ def lower_port_hamiltonian(model: Model) -> SymbolicSystem:
 def _iso_form(model: Model, structure: list[Element]) -> SymbolicSystem:
     if len(structure) > 1:
         raise PdslError.at("DuplicateDefinition", "the model has two `structure` statements", structure[1].span)
-    others = [e for e in model.elements if e.kind != "structure"]
+    others = [e for e in model.elements if not isinstance(e, Structure)]
     if others:
         raise PdslError.at("MixedFormalism", "`structure` (input-state-output form) cannot be combined with p-H elements", others[0].span)
     st = structure[0]
@@ -100,9 +100,9 @@ def _iso_form(model: Model, structure: list[Element]) -> SymbolicSystem:
     n = len(xs)
     if n == 0 or len(xs) != len(model.variables):
         raise PdslError.at("MissingDeclaration", "`structure` needs the states declared with `var`", st.span)
-    J, jspan = st.data["J"]
-    R, rspan = st.data.get("R", (sp.zeros(n, n), st.span))
-    B, bspan = st.data.get("B", (sp.zeros(n, 0), st.span))
+    J, jspan = st.J
+    R, rspan = st.R or (sp.zeros(n, n), st.span)
+    B, bspan = st.B or (sp.zeros(n, 0), st.span)
     for name, (Mx, span) in (("J", (J, jspan)), ("R", (R, rspan))):
         if Mx.shape != (n, n):
             raise PdslError.at("TypeMismatch", f"{name} must be {n}x{n} (one row per state), got {Mx.shape[0]}x{Mx.shape[1]}", span)
@@ -361,7 +361,7 @@ def _reduction(g, span, label, net: _Net, times: int) -> Reduction | None:
     if g == 0:
         return None
     states = {s.symbol: s for s in net.states}
-    stores = {el.data["state"]: el for el in model.elements if el.kind == "store"}
+    stores = {el.state: el for el in model.elements if isinstance(el, Store)}
     tied = sorted(g.free_symbols & set(states), key=lambda x: x.name)
     exogenous = {u.symbol for u in model.inputs if u.law is None} | {S.TIME}
     driven = sorted(g.free_symbols & exogenous, key=lambda x: x.name)
@@ -397,38 +397,37 @@ def _collect(model: Model) -> _Net:
     diags = Collector()
     equations, ports, states = [], {}, []
     energy = sp.Integer(0)
-    junctions = [e for e in model.elements if e.kind == "junction"]
+    junctions = [e for e in model.elements if isinstance(e, Junction)]
     for el in model.elements:
-        if el.kind == "store":
-            d = el.data
+        if isinstance(el, Store):
             e, f = port_symbols(el.name)
-            var = d["state"]
+            var = el.state
             st = make_state(var.name, var, None, el.span)
             states.append(st)
-            grad = sp.diff(d["energy"], d["state"])
-            if d["kind"] == "flow":  # ẋ = f, e = ∂H/∂x
+            grad = sp.diff(el.energy, el.state)
+            if el.integrates == "flow":  # ẋ = f, e = ∂H/∂x
                 equations += [(st.rate - f, el.span, f"flow store {el.name}: der({var.name}) = f"),
                               (e - grad, el.span, f"flow store {el.name}: e = ∂H/∂{var.name}")]
             else:  # ẋ = e, f = ∂H/∂x
                 equations += [(st.rate - e, el.span, f"effort store {el.name}: der({var.name}) = e"),
                               (f - grad, el.span, f"effort store {el.name}: f = ∂H/∂{var.name}")]
-            energy += d["energy"]
+            energy += el.energy
             ports[el.name] = ("store", el.span)
-        elif el.kind == "resistive":
-            rel = _dissipative(el) if el.data["dissipative"] else el.data["relation"]
+        elif isinstance(el, Resistive):
+            rel = _dissipative(el) if el.dissipative else el.relation
             equations.append((rel, el.span, f"resistive {el.name}"))
             ports[el.name] = ("resistive", el.span)
-        elif el.kind == "source":
+        elif isinstance(el, Source):
             e, f = port_symbols(el.name)
-            var = f if el.data["kind"] == "flow" else e
-            equations.append((var - el.data["value"], el.span, f"{el.data['kind']} source {el.name}"))
+            var = f if el.imposes == "flow" else e
+            equations.append((var - el.value, el.span, f"{el.imposes} source {el.name}"))
             ports[el.name] = ("source", el.span)
-        elif el.kind == "twoport":
+        elif isinstance(el, TwoPort):
             try:
                 equations += _twoport(el)
             except PdslError as err:
                 diags.extend(err)
-            for p in el.data["ports"]:
+            for p in el.ports:
                 ports[f"{el.name}.{p}"] = ("twoport", el.span)
     # Bonds. A named junction (and each port of a `connect` node, an alias of the node's junction) is a bond
     # target: every appearance of its name in another junction's list is one bond, named after the name written
@@ -438,11 +437,11 @@ def _collect(model: Model) -> _Net:
     for j in junctions:
         if j.name:
             targets[j.name] = j
-        for alias in j.data.get("aliases", ()):
+        for alias in j.aliases:
             targets[alias] = j
     appearances: dict[str, list] = {}
     for j in junctions:
-        for idx, (_sign, port, _span) in enumerate(j.data["members"]):
+        for idx, (_sign, port, _span) in enumerate(j.members):
             if port in targets:
                 appearances.setdefault(port, []).append((j, idx))
     bond_name: dict[tuple[int, int], str] = {}
@@ -451,7 +450,7 @@ def _collect(model: Model) -> _Net:
         target = targets[port]
         for k, (parent, idx) in enumerate(apps):
             name = port if k == 0 else f"{port}@{parent.name or f'line {parent.span.line}'}"
-            sign, _, span = parent.data["members"][idx]
+            sign, _, span = parent.members[idx]
             bond_name[(id(parent), idx)] = name
             ports[name] = ("bond", target.span)
             # seen from the target: a plain member of the parent takes power from the parent and so delivers it
@@ -460,7 +459,7 @@ def _collect(model: Model) -> _Net:
     seen: dict[str, Span] = {}
     signs: dict[str, int] = {}
     for j in junctions:
-        listed = [(sign, bond_name.get((id(j), idx), port), span) for idx, (sign, port, span) in enumerate(j.data["members"])]
+        listed = [(sign, bond_name.get((id(j), idx), port), span) for idx, (sign, port, span) in enumerate(j.members)]
         members = listed + child_bonds.get(id(j), [])
         for sign, port, span in listed:
             if port not in ports:
@@ -490,19 +489,19 @@ def _collect(model: Model) -> _Net:
 
 def _check_sources(model, junctions, ports, diags) -> None:
     """Two flow sources on one common-flow junction (or effort sources on a common-effort one) conflict."""
-    kinds = {e.name: e.data["kind"] for e in model.elements if e.kind == "source"}
+    kinds = {e.name: e.imposes for e in model.elements if isinstance(e, Source)}
     for j in junctions:
-        clash = "flow" if j.data["kind"] == "common_flow" else "effort"
-        srcs = [port for _, port, _ in j.data["members"] if kinds.get(port) == clash]
+        clash = "flow" if j.form == "common_flow" else "effort"
+        srcs = [port for _, port, _ in j.members if kinds.get(port) == clash]
         if len(srcs) > 1:
             diags.error("ConflictingSources", f"{clash} sources {', '.join(f'`{s}`' for s in srcs)} both impose the {clash} "
-                        f"of one {j.data['kind']} junction", j.span, "their values would have to be equal at all times")
+                        f"of one {j.form} junction", j.span, "their values would have to be equal at all times")
 
 
 def _junction(j: Element, members) -> list:
     e0, f0 = port_symbols(members[0][1])
     out = []
-    common_effort = j.data["kind"] == "common_effort"
+    common_effort = j.form == "common_effort"
     for _, port, span in members[1:]:
         e, f = port_symbols(port)
         out.append(((e - e0) if common_effort else (f - f0), j.span, f"junction: equal {'efforts' if common_effort else 'flows'}"))
@@ -511,33 +510,30 @@ def _junction(j: Element, members) -> list:
     return out
 
 
-def _twoport(el: Element) -> list:
+def _twoport(el: TwoPort) -> list:
     """Transformer e_a = n·e_b (then f_b = n·f_a); gyrator e_a = r·f_b (then e_b = r·f_a): power conserving."""
-    d = el.data
-    rel = d["relation"]
-    ea, fa, eb, fb = d["e_a"], d["f_a"], d["e_b"], d["f_b"]
-    other = fb if d["kind"] == "gyrator" else eb
+    rel = el.relation
+    ea, fa, eb, fb = el.e_a, el.f_a, el.e_b, el.f_b
+    other = fb if el.form == "gyrator" else eb
     ca, co = sp.diff(rel, ea), sp.diff(rel, other)
     rest = sp.simplify(rel - ca * ea - co * other)
     bad = (ca.free_symbols | co.free_symbols) & {ea, fa, eb, fb}
     if rest != 0 or bad or ca == 0 or co == 0:
-        a, b = d["ports"]
-        want = f"e_{a} = n*e_{b}" if d["kind"] == "transformer" else f"e_{a} = r*f_{b}"
-        raise PdslError.at("NotYetSupported", f"a {d['kind']} relation must have the form {want} (n, r may depend on states and "
+        a, b = el.ports
+        want = f"e_{a} = n*e_{b}" if el.form == "transformer" else f"e_{a} = r*f_{b}"
+        raise PdslError.at("NotYetSupported", f"a {el.form} relation must have the form {want} (n, r may depend on states and "
                            "parameters); general nonlinear two-ports are not lowered yet", el.span)
     modulus = -co / ca  # e_a = modulus · other
-    if d["kind"] == "transformer":
+    if el.form == "transformer":
         companion = fb - modulus * fa
     else:
         companion = eb - modulus * fa
-    return [(rel, el.span, f"{d['kind']} {el.name}"), (companion, el.span, f"{d['kind']} {el.name}: power conserving companion")]
+    return [(rel, el.span, f"{el.form} {el.name}"), (companion, el.span, f"{el.form} {el.name}: power conserving companion")]
 
 
-def _dissipative(el: Element) -> sp.Expr:
+def _dissipative(el: Resistive) -> sp.Expr:
     """``{dissipative}``: a map f = g(…) becomes f = e·g(…)², so e·f = e²g² ≥ 0 by construction."""
-    d = el.data
-    e, f = d["e"], d["f"]
-    rel = d["relation"]
+    e, f, rel = el.e, el.f, el.relation
     if sp.diff(rel, f) != 0 and not (sp.diff(rel, f).free_symbols & {f}) and f not in (rel - sp.diff(rel, f) * f).free_symbols:
         g = sp.solve(rel, f)
         if len(g) == 1:
@@ -568,21 +564,21 @@ def _lower(model: Model, options: LowerOptions) -> SymbolicSystem:
     """A network whose power ports are left open (a component checked on its own) imposes at each open port its
     effort or its flow, whichever the network accepts: the first assignment that lowers (the flattener's guess
     first: the variable that the port's junction does not fix), with only the inputs it uses."""
-    opened = [e for e in model.elements if e.kind == "source" and e.data.get("open")]
+    opened = [e for e in model.elements if isinstance(e, Source) and e.open_port]
     if not opened:
         return lower_port_hamiltonian(model)
     if len(opened) > MAX_OPEN_PORTS:
         raise PdslError.at("NotYetSupported", f"{len(opened)} open power ports: connect some of them (at most "
                            f"{MAX_OPEN_PORTS} are given causality automatically)", opened[0].span)
-    guess = tuple(e.data["kind"] for e in opened)
+    guess = tuple(e.imposes for e in opened)
     flips = sorted(range(2 ** len(opened)), key=lambda m: bin(m).count("1"))
     first_error = None
     for mask in flips:
         kinds = tuple(("flow" if k == "effort" else "effort") if mask >> i & 1 else k for i, k in enumerate(guess))
         chosen = {e.name: k for e, k in zip(opened, kinds)}
         unused = {S.sym(f"{e.name}.{'flow' if chosen[e.name] == 'effort' else 'effort'}") for e in opened}
-        elements = tuple(replace(e, data={**e.data, "kind": chosen[e.name], "value": S.sym(f"{e.name}.{chosen[e.name]}")})
-                         if e.name in chosen and e.kind == "source" and e.data.get("open") else e for e in model.elements)
+        elements = tuple(replace(e, imposes=chosen[e.name], value=S.sym(f"{e.name}.{chosen[e.name]}"))
+                         if isinstance(e, Source) and e.open_port and e.name in chosen else e for e in model.elements)
         trial = replace(model, elements=elements, inputs=tuple(u for u in model.inputs if u.symbol not in unused))
         try:
             return lower_port_hamiltonian(trial)

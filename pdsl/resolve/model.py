@@ -7,7 +7,7 @@ symbols. Every record keeps the span of the statement it came from.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import ClassVar, Mapping
 
 import sympy as sp
 
@@ -168,14 +168,89 @@ def port_forces(across: sp.Expr, through: sp.Expr, span: Span) -> list[Generaliz
     return out
 
 
+# ---- port-Hamiltonian elements: one typed record per statement kind (LANGUAGE.md §6). Port variables are the
+# symbols ``NAME.e`` / ``NAME.f`` (two-ports: ``NAME.PORT.e``); ``kind`` names the record for listings only.
 @dataclass(**_FROZEN)
-class Element:
-    """A port-Hamiltonian element or junction, kept close to its statement for the p-H lowering."""
+class Store:
+    """``flow_store`` (ẋ = f, e = ∂H/∂x) or ``effort_store`` (ẋ = e, f = ∂H/∂x)."""
 
-    kind: str
-    name: str | None
-    data: Mapping[str, object]
+    kind: ClassVar[str] = "store"
+    name: str
+    integrates: str  # flow | effort
+    state: sp.Symbol
+    energy: sp.Expr
     span: Span
+
+
+@dataclass(**_FROZEN)
+class Resistive:
+    """An algebraic relation R(e, f) = 0 (``{dissipative}``: f = e·g² by construction)."""
+
+    kind: ClassVar[str] = "resistive"
+    name: str
+    relation: sp.Expr
+    e: sp.Symbol
+    f: sp.Symbol
+    dissipative: bool
+    span: Span
+
+
+@dataclass(**_FROZEN)
+class Source:
+    """A source imposing its flow or effort; ``open_port``: a power port left open, whose causality the lowering
+    picks (pdsl.compose); ``interface``: the p-H side of a kinematic-port interface (LANGUAGE.md §10)."""
+
+    kind: ClassVar[str] = "source"
+    name: str
+    imposes: str  # flow | effort
+    value: sp.Expr
+    span: Span
+    open_port: bool = False
+    interface: bool = False
+
+
+@dataclass(**_FROZEN)
+class TwoPort:
+    """A transformer ``e_a = n·e_b`` or gyrator ``e_a = r·f_b`` (a, b: the declared port names)."""
+
+    kind: ClassVar[str] = "twoport"
+    name: str
+    form: str  # transformer | gyrator
+    ports: tuple[str, str]
+    relation: sp.Expr
+    e_a: sp.Symbol
+    f_a: sp.Symbol
+    e_b: sp.Symbol
+    f_b: sp.Symbol
+    span: Span
+
+
+@dataclass(**_FROZEN)
+class Junction:
+    """A 0-junction (``common_effort``) or 1-junction (``common_flow``); ``members`` are (sign, port, span);
+    ``aliases`` are the other ports of a `connect` node (each bonds to this junction)."""
+
+    kind: ClassVar[str] = "junction"
+    name: str | None
+    form: str  # common_effort | common_flow
+    members: tuple[tuple[int, str, Span], ...]
+    span: Span
+    aliases: tuple[str, ...] = ()
+
+
+@dataclass(**_FROZEN)
+class Structure:
+    """The input-state-output form ``structure J = …, R = …, B = …``: each matrix with the span of its value."""
+
+    kind: ClassVar[str] = "structure"
+    J: tuple[sp.MatrixBase, Span]
+    R: tuple[sp.MatrixBase, Span] | None
+    B: tuple[sp.MatrixBase, Span] | None
+    span: Span
+    name: None = None
+
+
+Element = Store | Resistive | Source | TwoPort | Junction | Structure
 
 
 @dataclass(**_FROZEN)

@@ -13,7 +13,7 @@ from .. import symbols as S
 from ..diagnostics import PdslError
 from ..parse import ast as A
 from .expressions import ElementRef, Evaluator
-from .model import Element
+from .model import Element, Junction, Resistive, Source, Store, Structure, TwoPort
 
 __all__ = ["resolve_ph", "port_symbols", "JUNCTION_KINDS"]
 
@@ -36,7 +36,7 @@ def _flags(attrs, allowed: set[str]) -> set[str]:
 
 def resolve_ph(stmt: A.Stmt, ev: Evaluator, *, name: str | None = None, state: str | None = None,
                members: list | None = None) -> Element:
-    """One p-H statement -> Element (kind, name, data).
+    """One p-H statement -> its typed record (Store, Resistive, Source, TwoPort, Junction, Structure).
 
     ``name`` (and ``state`` for a store) is the element's name in this iteration of the statement's ``for`` clause
     (``cap[3]``, ``q[3]``); the resolver computes it. Without one, the statement's own name is used. ``members`` are a
@@ -49,8 +49,7 @@ def resolve_ph(stmt: A.Stmt, ev: Evaluator, *, name: str | None = None, state: s
         state = S.sym(state_name)
         if state not in energy.free_symbols:
             raise PdslError.at("BadElement", f"the energy of `{name}` does not depend on its state `{state_name}`", stmt.energy.span)
-        return Element(kind="store", name=name, span=stmt.span,
-                       data={"kind": stmt.kind.split("_")[0], "state": state, "energy": energy})
+        return Store(name=name, integrates=stmt.kind.split("_")[0], state=state, energy=energy, span=stmt.span)
     if isinstance(stmt, A.ResistiveStmt):
         e, f = port_symbols(name)
         local = ev.with_names({"e": e, "f": f})
@@ -58,12 +57,10 @@ def resolve_ph(stmt: A.Stmt, ev: Evaluator, *, name: str | None = None, state: s
         if not relation.free_symbols & {e, f}:
             raise PdslError.at("BadElement", f"the relation of `{name}` does not involve its port (e, f)", stmt.span)
         flags = _flags(stmt.attrs, {"dissipative"})
-        return Element(kind="resistive", name=name, span=stmt.span,
-                       data={"relation": relation, "e": e, "f": f, "dissipative": "dissipative" in flags})
+        return Resistive(name=name, relation=relation, e=e, f=f, dissipative="dissipative" in flags, span=stmt.span)
     if isinstance(stmt, A.SourceStmt):
         value = ev.scalar(stmt.value, f"the value of source `{name}`")
-        return Element(kind="source", name=name, span=stmt.span,
-                       data={"kind": stmt.kind.split("_")[0], "value": value, "open": stmt.open_port})
+        return Source(name=name, imposes=stmt.kind.split("_")[0], value=value, open_port=stmt.open_port, span=stmt.span)
     if isinstance(stmt, A.TwoPortStmt):
         if stmt.port_a == stmt.port_b:
             raise PdslError.at("DuplicateDefinition", f"the two ports of `{name}` have the same name", stmt.span)
@@ -73,10 +70,8 @@ def resolve_ph(stmt: A.Stmt, ev: Evaluator, *, name: str | None = None, state: s
         local = ev.with_names({f"e_{pa}": ea, f"f_{pa}": fa, f"e_{pb}": eb, f"f_{pb}": fb})
         relation = local.scalar(stmt.lhs, "a relation") - local.scalar(stmt.rhs, "a relation")
         _flags(stmt.attrs, set())
-        return Element(kind="twoport", name=name, span=stmt.span, data={
-            "kind": stmt.kind, "ports": (stmt.port_a, stmt.port_b), "relation": relation,
-            "e_a": ea, "f_a": fa, "e_b": eb, "f_b": fb,
-        })
+        return TwoPort(name=name, form=stmt.kind, ports=(stmt.port_a, stmt.port_b), relation=relation,
+                       e_a=ea, f_a=fa, e_b=eb, f_b=fb, span=stmt.span)
     if isinstance(stmt, A.JunctionStmt):
         if stmt.kind not in JUNCTION_KINDS:
             raise PdslError.at("UnknownJunctionKind", f"unknown junction kind `{stmt.kind}`", stmt.kind_span,
@@ -85,8 +80,7 @@ def resolve_ph(stmt: A.Stmt, ev: Evaluator, *, name: str | None = None, state: s
         members = tuple(_member(m, local) for m, local in pairs)
         if len(members) < 2 and not stmt.node and not stmt.name:  # a named junction's bonds count too (lowering)
             raise PdslError.at("BadJunction", "a junction connects at least two ports", stmt.span)
-        return Element(kind="junction", name=name, span=stmt.span,
-                       data={"kind": stmt.kind, "members": members, "aliases": tuple(stmt.aliases)})
+        return Junction(name=name, form=stmt.kind, members=members, aliases=tuple(stmt.aliases), span=stmt.span)
     if isinstance(stmt, A.StructureStmt):
         if stmt.args:
             raise PdslError.at("WrongArity", "structure takes named matrices: J = ..., R = ..., B = ...", stmt.args[0].span)
@@ -100,7 +94,7 @@ def resolve_ph(stmt: A.Stmt, ev: Evaluator, *, name: str | None = None, state: s
             data[kw.name] = (v, kw.value.span)
         if "J" not in data:
             raise PdslError.at("MissingArgument", "`structure` needs at least J", stmt.span)
-        return Element(kind="structure", name=None, span=stmt.span, data=data)
+        return Structure(J=data["J"], R=data.get("R"), B=data.get("B"), span=stmt.span)
     raise AssertionError(type(stmt))
 
 

@@ -962,8 +962,7 @@ class _Resolver:
         out["interfaces"].append(M.Interface(port=stmt.port, kinematic=stmt.kinematic, across=across,
                                              across_is=stmt.across_is, placeholder=placeholder, span=stmt.span))
         kind = "flow" if stmt.across_is == "flow" else "effort"
-        out["elements"].append(M.Element(kind="source", name=stmt.port, span=stmt.span,
-                                         data={"kind": kind, "value": placeholder, "interface": True}))
+        out["elements"].append(M.Source(name=stmt.port, imposes=kind, value=placeholder, interface=True, span=stmt.span))
 
     def _coordinates(self) -> set:
         coords = {d.value for d in self.names.values() if d.kind == "coord" and isinstance(d.value, sp.Symbol)}

@@ -52,12 +52,12 @@ def test_indexed_elements_become_ordinary_elements():
     m = _load(CHAIN)
     stores = [e for e in m.elements if e.kind == "store"]
     assert [e.name for e in stores] == ["mass[1]", "mass[2]", "mass[3]", "mass[4]", "spring[1]", "spring[2]", "spring[3]"]
-    assert stores[2].data["state"] == S.sym("p[3]")
-    assert sp.simplify(stores[2].data["energy"] - S.sym("p[3]") ** 2 / (2 * S.sym("m[3]"))) == 0
+    assert stores[2].state == S.sym("p[3]")
+    assert sp.simplify(stores[2].energy - S.sym("p[3]") ** 2 / (2 * S.sym("m[3]"))) == 0
     junctions = {e.name: e for e in m.elements if e.kind == "junction"}
     assert set(junctions) == {"v[1]", "v[2]", "v[3]", "v[4]", "s[1]", "s[2]", "s[3]"}
-    assert junctions["s[2]"].data["members"][1][:2] == (1, "v[3]")  # `v[i+1]` evaluated in the loop
-    assert junctions["v[4]"].data["members"][1][:2] == (-1, "push")
+    assert junctions["s[2]"].members[1][:2] == (1, "v[3]")  # `v[i+1]` evaluated in the loop
+    assert junctions["v[4]"].members[1][:2] == (-1, "push")
 
 
 def test_indexed_chain_lowers_to_the_hand_written_ode():
@@ -110,7 +110,7 @@ def test_two_port_arrays_and_const_override():
     m = _load(body, consts={"N": 3})
     tps = [e for e in m.elements if e.kind == "twoport"]
     assert [e.name for e in tps] == ["tr[1]", "tr[2]", "tr[3]"]
-    assert tps[2].data["e_a"] == S.sym("tr[3].x.e")
+    assert tps[2].e_a == S.sym("tr[3].x.e")
     system = lower(m)
     assert len(system.states) == 6
 
@@ -126,7 +126,7 @@ def test_member_loop_expands_in_the_junction_list():
     """, consts={"N": 4})
     (j,) = [e for e in m.elements if e.kind == "junction"]
     assert j.name == "n[4]"
-    assert [(sign, port) for sign, port, _ in j.data["members"]] == [(-1, "src")] + [(1, f"r[{i}]") for i in range(1, 5)]
+    assert [(sign, port) for sign, port, _ in j.members] == [(-1, "src")] + [(1, f"r[{i}]") for i in range(1, 5)]
 
 
 # (name, body, code, line, col, fragment); the body's first line is line 2
