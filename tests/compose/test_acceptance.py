@@ -302,3 +302,20 @@ def test_a_mixed_model_fits_a_parameter_of_an_instance(tmp_path):
 
     fitted = json.loads((tmp_path / "fit" / "params.json").read_text())
     assert abs(fitted["values"]["coil.Bl"] - 5.0) < 1e-5
+
+
+def test_prefixed_names_work_on_the_command_line(tmp_path):
+    """§9: --param lower.m=…, --init upper.bob.x=…, --init der(cone.x)=…; CSV columns carry the prefixed names."""
+    from pdsl.cli.main import main
+    from pdsl.data.csvio import read_table
+
+    out = tmp_path / "two.csv"
+    assert main(["simulate", str(COMP / "a1_two_links.phm"), "--t-end", "0.1", "--dt", "0.05", "--param", "lower.m=0.7",
+                 "--init", "upper.bob.x=0.6", "-o", str(out)]) == 0
+    table = read_table(out)
+    assert "upper.bob.x" in table.columns and "lower.bob.vy" in table.columns
+    out2 = tmp_path / "ls.csv"
+    assert main(["simulate", str(COMP / "a6_voice_coil.phm"), "--model", "Loudspeaker", "--input", "V=0", "--t-end", "0.01",
+                 "--dt", "0.005", "--init", "der(cone.x)=0.1", "-o", str(out2)]) == 0
+    t2 = read_table(out2)
+    assert t2.data[0, t2.columns.index("der(cone.x)")] == pytest.approx(0.1)
