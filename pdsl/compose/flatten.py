@@ -213,6 +213,7 @@ class _Flattener:
         self.ports: dict[str, _Port] = {}
         self.connects: list[tuple[list, A.ConnectStmt, _Ctx]] = []
         self.outputs: dict[str, A.Expr] = {}  # full output name -> its expression (signals)
+        self.signals: dict[str, tuple[A.Expr, Span]] = {}  # input bound by `connect` -> (output expression, connect line)
         self.inputs: dict[str, A.Decl] = {}  # full name of an unbound input of an instance -> its declaration
         self.diags = Collector()
         self.count = 0
@@ -629,8 +630,43 @@ class _Flattener:
                 else:
                     self.diags.error("UnconnectedPort", f"{port.domain} port `{full}` is not connected", port.decl,
                                      "connect it to a port of the same domain")
+        subst.update(self._signal_values())
         if subst:
             self.out = [_substitute(s, subst) for s in self.out]
+
+    def _signal_values(self) -> dict[str, A.Expr]:
+        """Inputs bound by `connect` to outputs that may read other such inputs: substituted until none is left.
+        A cycle is an algebraic loop, reported as the chain of its `connect` lines."""
+        deps = {k: _names(v) & set(self.signals) for k, (v, _) in self.signals.items()}
+        state: dict[str, int] = {}
+        order: list[str] = []
+
+        def visit(k, path):
+            if state.get(k) == 2:
+                return
+            if state.get(k) == 1:
+                cycle = path[path.index(k):] + [k]
+                spans = [self.signals[c][1] for c in cycle[:-1]]
+                lines = ", ".join(f"{sp_.path}:{sp_.line}" for sp_ in spans)
+                raise PdslError.at("AlgebraicLoop", "the signals form an algebraic loop: " + " ← ".join(cycle)
+                                   + f" (connect lines {lines})", spans[0],
+                                   "break the loop with a state (a filter or an integrator) in one of the blocks")
+            state[k] = 1
+            for d in sorted(deps[k]):
+                visit(d, path + [k])
+            state[k] = 2
+            order.append(k)
+
+        values: dict[str, A.Expr] = {}
+        try:
+            for k in sorted(self.signals):
+                visit(k, [])
+        except PdslError as err:
+            self.diags.extend(err)
+            return {}
+        for k in order:  # dependencies first
+            values[k] = _substitute(self.signals[k][0], values)
+        return values
 
     def _node(self, eps: list, subst: dict) -> None:
         stmt = eps[0][1]
@@ -646,7 +682,7 @@ class _Flattener:
                 raise PdslError.at("DomainMismatch", "a signal connection joins one instance output to inputs", span,
                                    "connect `ctrl.u` with `plant.F`, or bind the input in `use plant = P(F = ctrl.u)`")
             for ep in ins:
-                subst[ep[1]] = self.outputs[outs[0][1]]
+                self.signals[ep[1]] = (self.outputs[outs[0][1]], span)
                 self.out = [_drop_decl(s, ep[1]) for s in self.out]
             return
         if kinds <= {"point"}:

@@ -319,3 +319,18 @@ def test_prefixed_names_work_on_the_command_line(tmp_path):
                  "--dt", "0.005", "--init", "der(cone.x)=0.1", "-o", str(out2)]) == 0
     t2 = read_table(out2)
     assert t2.data[0, t2.columns.index("der(cone.x)")] == pytest.approx(0.1)
+
+
+def test_an_algebraic_loop_of_signals_is_the_chain_of_connect_lines(tmp_path):
+    d, text = _error(tmp_path, 'import "std:signals"\n\nmodel Loop\n  use a = Gain(k = 0.5)\n  use b = Gain(k = 2.0)\n'
+                     "  var x = 1.0\n  der(x) = -x + a.y\n  connect a.y, b.u\n  connect b.y, a.u\nend\n")
+    assert d.code == "AlgebraicLoop" and d.span.line in (8, 9)
+    assert "m.phm:8" in text and "m.phm:9" in text
+
+
+def test_signals_through_a_state_are_not_a_loop(tmp_path):
+    path = tmp_path / "chain.phm"
+    path.write_text('import "std:signals"\n\nmodel Chain\n  use f = FirstOrder(T = 0.5)\n  use g = Gain(k = 3.0)\n'
+                    "  var x = 0.0\n  der(x) = -x + g.y\n  connect g.y, f.u\n  connect f.y, g.u\nend\n")
+    c = compile_model(path, CompileOptions(numeric=False))
+    assert sorted(s.name for s in c.system.states) == ["f.x", "x"]
