@@ -46,3 +46,22 @@ def test_installed_wheel_checks_a_model(wheel, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pdsl", "check", str(model)], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "Osc" in proc.stdout
+
+
+def test_wheel_metadata_license_and_typing(wheel):
+    """LICENSE and py.typed ship; the version has one source (pdsl/__init__.py); [nn] is a range, not a pin."""
+    import pdsl
+
+    zf = zipfile.ZipFile(wheel)
+    names = zf.namelist()
+    assert "pdsl/py.typed" in names
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+    (meta_name,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+    meta = zf.read(meta_name).decode()
+    assert f"Version: {pdsl.__version__}\n" in meta
+    assert "License-Expression: MIT" in meta
+    assert "Requires-Dist: torch>=2.2; extra == 'nn'" in meta
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert 'dynamic = ["version"]' in pyproject and "\nversion =" not in pyproject
+    assert 'nn = ["torch>=2.2"]' in pyproject
+    assert 'torch==2.13.0' in (ROOT / "run").read_text()  # the set-up pins the CPU build

@@ -24,6 +24,7 @@ from .. import symbols as S
 from ..diagnostics import PdslError
 from ..lower.ir import SymbolicSystem
 from .neural import MLPGraph, init_weights, n_weights
+from .events import MODE_TIME, mode_substitution, switch_functions, time_conditions
 from .sympy_to_casadi import Converter
 
 __all__ = ["NumericSystem", "to_casadi"]
@@ -53,6 +54,10 @@ class NumericSystem:
     projection: ca.Function | None = None
     # (t, x, z, p, u) -> dE/dt along the flow: the net power supplied (inputs, forces) minus dissipated
     power: ca.Function | None = None
+    # conditions on t alone (``if t < 1 ...``; pdsl.backend.events): (t, t_mode, x, z, p, u) -> (xdot, g) with
+    # those conditions evaluated at t_mode, and (t, p) -> g_k, whose sign changes are the switching times
+    dae_modes: ca.Function | None = None
+    switches: ca.Function | None = None
 
     @property
     def nx(self) -> int:
@@ -101,21 +106,35 @@ def to_casadi(system: SymbolicSystem, *, seed: int = 0, kind: str | None = None)
         neural[nn.fn.__name__] = MLPGraph(nn, p[offset : offset + nw])
         weights.append(init_weights(nn, seed + k))
         offset += nw
-    conv = Converter(symbols, neural)
     laws = system.input_laws()
+    t_mode = T.sym("t_mode")
+    symbols[MODE_TIME] = t_mode
+    conv = Converter(symbols, neural)
 
     def c(expr):
         return conv(expr.xreplace(laws) if laws else expr)
 
     nx = len(system.states)
+    dynamics = [e.lhs - e.rhs for e in system.differential + system.algebraic]
+    conditions = time_conditions([e.xreplace(laws) if laws else e for e in dynamics], {q.symbol for q in system.params})
+    modes = mode_substitution(conditions)
+
+    def cm(expr):  # the dynamics, with conditions on t alone read at t_mode
+        return conv(expr.xreplace(laws).xreplace(modes) if laws else expr.xreplace(modes)) if modes else c(expr)
+
     if system.is_explicit():
-        xdot = ca.vertcat(*[c(e.rhs) for e in system.differential]) if nx else T(0, 1)
+        xdot = ca.vertcat(*[cm(e.rhs) for e in system.differential]) if nx else T(0, 1)
     else:
         A_sym, b_sym = system.linear_system()
-        A, b = c(A_sym), c(b_sym)
+        A, b = cm(A_sym), cm(b_sym)
         w = ca.solve(A, b) if kind == "SX" else ca.solve(A, b, "qr")
         xdot = w[:nx]
-    g = ca.vertcat(*[c(e.lhs - e.rhs) for e in system.algebraic]) if system.algebraic else T(0, 1)
+    g = ca.vertcat(*[cm(e.lhs - e.rhs) for e in system.algebraic]) if system.algebraic else T(0, 1)
+    dae_modes = switches = None
+    if modes:
+        dae_modes = ca.Function("dae_modes", [t, t_mode, x, z, p, u], [xdot, g], ["t", "t_mode", "x", "z", "p", "u"], ["xdot", "g"])
+        xdot, g = dae_modes(t, t, x, z, p, u)
+        switches = ca.Function("switches", [t, p], [ca.vertcat(*[c(s) for s in switch_functions(conditions)])], ["t", "p"], ["g"])
     x_names = tuple(s.name for s in system.states)
     z_names = tuple(a.name for a in system.algebraics)
     p_names = tuple(q.name for q in system.params) + tuple(
@@ -169,4 +188,6 @@ def to_casadi(system: SymbolicSystem, *, seed: int = 0, kind: str | None = None)
         report_names=tuple(name for name, _ in columns),
         projection=projection,
         power=power,
+        dae_modes=dae_modes,
+        switches=switches,
     )

@@ -6,16 +6,24 @@ Settings come from flags, then a ``--config`` TOML file, then defaults (see
 
 from __future__ import annotations
 
-from ..options import finite_float, integer
 from ..diagnostics import PdslError
+from ..options import finite_float, integer
 
 # flag -> FitConfig field, for flags that override a setting
 _OVERRIDES = {
     "data": "data", "method": "method", "epochs": "epochs", "batch": "batch", "chunk": "chunk", "stride": "stride",
     "integrator": "integrator", "substeps": "substeps", "project": "project", "loss": "loss", "lr": "lr", "weight_decay": "weight_decay",
     "seed": "seed", "val_fraction": "val_fraction", "threads": "threads", "formulation": "formulation", "tol": "tol",
-    "backend": "backend", "init": "init", "shooting": "shooting", "hessian": "hessian",
+    "backend": "backend", "init": "init", "shooting": "shooting", "hessian": "hessian", "start": "start",
 }
+
+
+def _data_flags(p) -> None:
+    """--map and --input: shared by fit and evaluate (measured data, issue 16)."""
+    p.add_argument("--map", action="append", default=[], metavar="FILE=NAME,...",
+                   help="rename data columns: time=t, run=traj, angle=theta, ... (repeatable)")
+    p.add_argument("--input", action="append", default=[], metavar="NAME=EXPR",
+                   help="an exogenous input that is not a data column, as an expression of t (repeatable)")
 
 
 def add_parsers(sub, common) -> None:
@@ -28,10 +36,10 @@ def add_parsers(sub, common) -> None:
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the output directory")
     p.add_argument("--init", metavar="PARAMS.json",
                    help="start from a previous fit (its params.json and networks.npz), e.g. longer chunks after shorter ones")
-    p.add_argument("--method", help="auto (default: gauss-newton without networks, else adamw) | gauss-newton | ipopt | adamw")
-    p.add_argument("--shooting", help="single (default: independent chunks) | multiple (each trajectory as segments of "
+    p.add_argument("--method", choices=("auto", "gauss-newton", "ipopt", "adamw"), help="auto (default: gauss-newton without networks, else adamw) | gauss-newton | ipopt | adamw")
+    p.add_argument("--shooting", choices=("single", "multiple"), help="single (default: independent chunks) | multiple (each trajectory as segments of "
                                       "--chunk steps linked by continuity constraints; solved by ipopt)")
-    p.add_argument("--hessian", help="ipopt: gauss-newton (default: 2·JᵀJ of the residuals) | exact | limited-memory")
+    p.add_argument("--hessian", choices=("gauss-newton", "exact", "limited-memory"), help="ipopt: gauss-newton (default: 2·JᵀJ of the residuals) | exact | limited-memory")
     p.add_argument("--epochs", type=integer, help="epochs (default 50 for gauss-newton, 200 ipopt iterations, 2000 for adamw)")
     p.add_argument("--chunk", type=integer, help="steps per training chunk (default 4)")
     p.add_argument("--stride", type=integer, help="samples between chunk starts (default: the chunk length)")
@@ -46,11 +54,16 @@ def add_parsers(sub, common) -> None:
     p.add_argument("--seed", type=integer, help="seed of the validation split, minibatches and network init (default 0)")
     p.add_argument("--val-fraction", type=finite_float, help="fraction of trajectories held out for validation (default 0.2)")
     p.add_argument("--observe", help="comma-separated columns the loss compares (default: all state and output columns)")
+    _data_flags(p)
+    p.add_argument("--noise", action="append", default=[], metavar="COL=SIGMA",
+                   help="measurement noise of a column (its residuals are weighted 1/SIGMA; repeatable)")
+    p.add_argument("--start", choices=("auto", "data", "estimate"), help="auto (default) | data (chunks start from their first samples) | estimate "
+                                   "(every chunk's start state is fitted: unbiased under noise, unmeasured states allowed)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="start value (free) or fixed value")
     p.add_argument("--threads", type=integer, help="threads for the batched chunk loss (default 1)")
-    p.add_argument("--backend", help="auto (default: torch for networks with adamw) | casadi | torch: how chunk losses are evaluated")
+    p.add_argument("--backend", choices=("auto", "casadi", "torch"), help="auto (default: torch for networks with adamw) | casadi | torch: how chunk losses are evaluated")
     p.add_argument("--tol", type=finite_float, help="gauss-newton: relative cost decrease that counts as converged")
-    p.add_argument("--formulation", help="hamiltonian|lagrangian (Cartesian mechanics)")
+    p.add_argument("--formulation", choices=("hamiltonian", "lagrangian"), help="Cartesian mechanics: Eq. 6 or Eq. 7")
     p.add_argument("--stop-after", type=integer, metavar="EPOCHS", help="stop after this many epochs in total; --resume continues")
     g = p.add_argument_group("regularisers (BENCHMARKS C4, C5.2; adamw)")
     g.add_argument("--equilibrium", type=finite_float, metavar="LAMBDA",
@@ -66,17 +79,21 @@ def add_parsers(sub, common) -> None:
     g.add_argument("--dual-step", type=finite_float, metavar="ALPHA", help="primal-dual: λ ← max(0, λ + ALPHA (J − EPS)) per epoch (default 1/EPS)")
     g.add_argument("--dual-start", type=finite_float, metavar="LAMBDA0", help="primal-dual: starting multiplier (default 1)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--track", metavar="TRACKER", help="also log the per-epoch history: tensorboard:DIR, mlflow, or "
+                                                     "mlflow:TRACKING_URI (pdsl/fit/tracking.py; docs/interop.md)")
 
     p = sub.add_parser("evaluate", help="rollout metrics of a model on test trajectories")
     common(p)
     p.add_argument("--data", required=True, help="test trajectory CSV")
     p.add_argument("--params", help="fitted parameters (JSON written by `pdsl fit`)")
+    _data_flags(p)
     p.add_argument("--integrator", default=None, help="cvodes (default), cvodes-bdf, rk4, midpoint, gauss2, euler")
     p.add_argument("--rtol", type=finite_float, default=1e-9, help="relative tolerance of cvodes (default 1e-9)")
     p.add_argument("--substeps", type=integer, default=1, help="fixed-step integrators: steps per sample interval (default 1)")
-    p.add_argument("--backend", default="casadi",
+    p.add_argument("--backend", default="casadi", choices=("casadi", "torch"),
                    help="casadi (default: each trajectory by CasADi) | torch (all at once, rk4/euler; for large networks)")
-    p.add_argument("--formulation", default="hamiltonian", help="hamiltonian|lagrangian (Cartesian mechanics)")
+    p.add_argument("--formulation", default="hamiltonian", choices=("hamiltonian", "lagrangian"),
+                   help="Cartesian mechanics: Eq. 6 or Eq. 7")
     p.add_argument("--plot", metavar="OUT.png", help="plot the relative error of every trajectory against time")
     p.add_argument("--json", metavar="OUT.json", help="write the summary as JSON")
 
@@ -97,8 +114,25 @@ def _config(args):
     for item in args.param:
         name, value = parse_assignment(item, "--param")
         cfg.param[name] = parse_float(value, f"--param {name}")
+    if args.map:
+        cfg.map = {**(cfg.map or {}), **_column_map(args.map)}
+    for item in args.input:
+        name, value = parse_assignment(item, "--input")
+        cfg.input = {**(cfg.input or {}), name: value}
+    for item in args.noise:
+        name, value = parse_assignment(item, "--noise")
+        cfg.noise = {**(cfg.noise or {}), name: parse_float(value, f"--noise {name}")}
     _regularizer_flags(args, cfg, parse_assignment, parse_float)
     return cfg
+
+
+def _column_map(items) -> dict:
+    from ..data.csvio import parse_column_map
+
+    out: dict = {}
+    for item in items:
+        out.update(parse_column_map(item))
+    return out
 
 
 def _regularizer_flags(args, cfg, parse_assignment, parse_float) -> None:
@@ -136,9 +170,20 @@ def cmd_fit(args) -> int:
     if args.stop_after is not None and args.stop_after < 1:
         raise PdslError.at("BadOption", f"--stop-after must be a positive integer, got {args.stop_after}")
     cfg = _config(args)
+    if args.track:
+        from ..fit.tracking import check_target
+
+        check_target(args.track)
     summary = run_fit(args.file, args.model, cfg, args.output, resume=args.resume, consts=_consts(args.const),
                       stop_after=args.stop_after, progress=not args.quiet)
     _print_summary(summary, args.output)
+    if args.track:
+        from dataclasses import asdict
+
+        from ..fit.tracking import export_history
+
+        where = export_history(args.track, summary, asdict(cfg), run_name=summary.get("model"))
+        print(f"  history of {summary['epochs']} epochs -> {args.track.split(':')[0]} ({where})")
     return EXIT_OK
 
 
@@ -150,6 +195,8 @@ def _print_summary(summary: dict, out_dir: str) -> None:
     for name in summary["free"]:
         se = summary["stderr"].get(name)
         print(f"  {name} = {summary['params'][name]:.8g}" + (f" ± {se:.2g}" if se is not None else ""))
+    for note in summary.get("notes") or ():
+        print(f"  note: {note}")
     if summary.get("solver_status"):
         cont = summary.get("continuity")
         print(f"  ipopt: {summary['solver_status']}" + (f"; max constraint violation {cont:.2e}" if cont is not None else ""))
@@ -179,7 +226,15 @@ def cmd_evaluate(args) -> int:
     m, num = compiled.model, compiled.numeric
     if args.params:
         num = apply_fitted(num, args.params)
-    data = load_dataset(args.data, num)
+    from ..fit.run import fit_inputs
+    from ..sim.simulate import parse_assignment
+
+    exprs = dict(parse_assignment(item, "--input") for item in args.input)
+    data = load_dataset(args.data, num, columns=_column_map(args.map) or None, inputs=fit_inputs(num, exprs), latent=True)
+    if data.latent:
+        raise PdslError.at("BadTrajectoryData", f"{args.data}: evaluate rolls out from each first sample; "
+                           f"{', '.join(data.latent)} {'is' if len(data.latent) == 1 else 'are'} not measured",
+                           hint="evaluate on data with every state column (e.g. from `pdsl simulate`)")
     if args.substeps < 1:
         raise PdslError.at("BadOption", f"--substeps must be a positive integer, got {args.substeps}")
     scores, summary = evaluate(num, data, integrator=args.integrator, rtol=args.rtol, substeps=args.substeps,

@@ -16,7 +16,32 @@ from ..options import finite_float, integer
 EXIT_OK, EXIT_INTERNAL, EXIT_USER = 0, 1, 2
 
 
+def _shows_default(action) -> bool:
+    """An option whose default is worth printing: set, not a flag's False, not an empty list (0 is shown)."""
+    d = action.default
+    return bool(action.option_strings) and not (d is None or d is False or d == [] or d == argparse.SUPPRESS)
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Help that shows every default that is set (not None, False or empty)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "%(default)" in text or not _shows_default(action):
+            return text
+        return f"{text} (default: %(default)s)" if text else "default: %(default)s"
+
+    def _format_action(self, action):  # an option without help text still shows its default
+        if action.help is None and _shows_default(action):
+            action.help = ""
+        return super()._format_action(action)
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message):  # argparse's own errors become pdsl diagnostics
         raise PdslError(Diagnostic("BadOption", message, hint=f"see `{self.prog} --help`"))
 
@@ -32,18 +57,26 @@ def _common(p: argparse.ArgumentParser, *, model: bool = True, many: bool = Fals
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog="pdsl", description="Declarative physical models: check, show, simulate.")
+    from .choices import FORMULATIONS, INTEGRATORS, STABILIZERS, TARGETS
+
+    ap = _Parser(prog="pdsl", description="Declarative physical models: check, show, simulate, compile, fit, "
+                 "evaluate, sweep. `pdsl COMMAND --help` describes a command.",
+                 epilog="exit codes: 0 ok, 2 user error (model, data or option), 1 internal error")
     ap.add_argument("--debug", action="store_true", help="show Python tracebacks for internal errors")
-    ap.add_argument("--version", action="store_true", help="print the version and exit")
-    sub = ap.add_subparsers(dest="command", parser_class=_Parser)
+    ap.add_argument("-V", "--version", action="store_true", help="print the version and exit")
+    ap.add_argument("-q", "--quiet", dest="summary_quiet", action="store_true", help="no summary on standard output (errors still go to standard error)")
+    ap.add_argument("-v", "--verbose", action="count", default=0,
+                    help="more output: the elapsed time on standard error; -vv also tracebacks of internal errors")
+    sub = ap.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
+    formulations = FORMULATIONS
 
     p = sub.add_parser("check", help="parse, resolve and check model files")
     _common(p, model=False, many=True)
 
     p = sub.add_parser("show", help="show states, parameters and the derived equations")
     _common(p)
-    p.add_argument("--format", choices=["text", "markdown", "latex"], default="text")
-    p.add_argument("--formulation", default="hamiltonian", help="hamiltonian|lagrangian (Cartesian mechanics)")
+    p.add_argument("--format", choices=["text", "markdown", "latex"], default="text", help="how equations are printed")
+    p.add_argument("--formulation", choices=formulations, default="hamiltonian", help="Cartesian mechanics: Eq. 6 or Eq. 7")
     p.add_argument("--raw", action="store_true", help="print equations as derived, without simplifying them for display")
     p.add_argument("--plot-structure", metavar="OUT.png", help="draw the bodies and their links/joints at the initial state")
     p.add_argument("--power", action="store_true", help="port-Hamiltonian models: the power balance dH/dt = supplied − dissipated")
@@ -56,12 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="parameter value")
     p.add_argument("--input", action="append", default=[], metavar="NAME=EXPR", help='exogenous input, e.g. "F=sin(t)"')
     p.add_argument("--input-data", metavar="CSV", help="CSV with a t column and one column per exogenous input")
-    p.add_argument("--rtol", type=finite_float, default=1e-8)
+    p.add_argument("--rtol", type=finite_float, default=1e-8, help="relative tolerance (cvodes, idas)")
     p.add_argument("--atol", type=finite_float, default=None, help="absolute tolerance (default rtol/100)")
-    p.add_argument("--integrator", default=None,
+    p.add_argument("--integrator", default=None, choices=INTEGRATORS,
                    help="cvodes (Adams, default for ODEs), cvodes-bdf (stiff), idas (DAEs), or fixed-step rk4, euler, midpoint, gauss2")
     p.add_argument("--substeps", type=integer, default=1, help="fixed-step schemes: steps per output interval")
-    p.add_argument("--stabilize", default="none",
+    p.add_argument("--stabilize", default="none", choices=STABILIZERS,
                    help="constraint drift control: none | project (after every output step) | baumgarte "
                         "(Φ̈ + 2αΦ̇ + β²Φ = 0 in the constraint rows; Cartesian models)")
     p.add_argument("--baumgarte-alpha", type=finite_float, default=None, metavar="A",
@@ -82,23 +115,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sample-file", metavar="FILE", help="sampling statements, one per line")
     p.add_argument("--seed", type=integer, default=0, help="seed of --random-init")
     p.add_argument("--threads", type=integer, default=2, help="threads for --random-init")
-    p.add_argument("--formulation", default="hamiltonian", help="hamiltonian|lagrangian (Cartesian mechanics)")
-    p.add_argument("-o", "--output", required=True, metavar="OUT.csv")
+    p.add_argument("--formulation", choices=formulations, default="hamiltonian", help="Cartesian mechanics: Eq. 6 or Eq. 7")
+    p.add_argument("-o", "--output", required=True, metavar="OUT",
+                   help="trajectory table; the format by extension: .csv, .parquet, .h5, .mat (docs/interop.md); "
+                        "- writes CSV to standard output (the summary then goes to standard error)")
+    p.add_argument("--columns", metavar="NAMES",
+                   help="comma-separated columns to write, in this order (t, and traj with --random-init, are kept)")
     p.add_argument("--plot", metavar="OUT.png", help="plot every state against time")
+    p.add_argument("--animate", metavar="OUT.gif", help="animate the mechanism (models with bodies) as a GIF")
     p.add_argument("--power", action="store_true",
                    help="port-Hamiltonian models: add columns H and the power e·f of every element port")
 
     p = sub.add_parser("compile", help="write the model's numerical code: CasADi files, C, or numpy")
     _common(p)
-    p.add_argument("--target", default="casadi", help="casadi | c | python")
+    p.add_argument("--target", default="casadi", choices=TARGETS,
+                   help="CasADi files, C sources (+ a shared library), a numpy module, or an FMI 2.0 FMU (ME + CS)")
     p.add_argument("--params", metavar="params.json",
                    help="fitted values (written by `pdsl fit`) baked in as the parameter defaults")
-    p.add_argument("--formulation", default="hamiltonian", help="hamiltonian|lagrangian (Cartesian mechanics)")
-    p.add_argument("-o", "--output", required=True, metavar="DIR")
+    p.add_argument("--formulation", choices=formulations, default="hamiltonian", help="Cartesian mechanics: Eq. 6 or Eq. 7")
+    p.add_argument("-o", "--output", required=True, metavar="OUT", help="output directory (FILE.fmu for --target fmu)")
 
     from . import fit_cmd
 
     fit_cmd.add_parsers(sub, _common)
+    from . import sweep_cmd
+
+    sweep_cmd.add_parser(sub, _common)
+    p = sub.add_parser("completion", help="print a shell completion script (bash, zsh or fish)")
+    p.add_argument("shell", choices=("bash", "zsh", "fish"), help="eval \"$(pdsl completion bash)\" in ~/.bashrc")
+    for action in sub._choices_actions:  # `pdsl COMMAND --help` starts with what `pdsl --help` says of it
+        parser = sub.choices[action.dest]
+        if parser.description is None:
+            parser.description = action.help
     return ap
 
 
@@ -210,7 +258,7 @@ def _show_integrability(model) -> None:
     from ..lower.integrability import classify_model_constraints
 
     print("\nVelocity constraints (Frobenius test):")
-    for c, integrable, why in classify_model_constraints(model):
+    for c, _integrable, why in classify_model_constraints(model):
         print(f"  line {c.span.line}: {why}")
 
 
@@ -223,14 +271,33 @@ def _with_power_outputs(model, system):
     if not system.ports:
         raise PdslError.at("BadOption", f"--power: {system.name} has no element ports whose power could be recorded "
                            "(it applies to port-Hamiltonian networks)", model.span)
+    multipliers = set(system.multipliers)
+    recorded = [p for p in system.ports if not (p.power.free_symbols & multipliers)]
+    skipped = [p.name for p in system.ports if p not in recorded]
+    if skipped:  # an interface multiplier is solved inside the integrator step, not a function of the state
+        print(f"note: --power does not record power({'), power('.join(skipped)}): it involves an interface multiplier; "
+              "the interface powers cancel identically (pdsl show --power)", file=sys.stderr)
     extra = [Output(name="H", expr=system.energy, span=system.span)]
-    extra += [Output(name=f"power({p.name})", expr=p.power, span=p.span) for p in system.ports]
+    extra += [Output(name=f"power({p.name})", expr=p.power, span=p.span) for p in recorded]
     return replace(system, outputs=system.outputs + tuple(extra))
 
 
 def _show_power(system) -> None:
-    from ..lower.structural import power_balance
+    from ..lower.structural import interface_balance, power_balance
 
+    interfaces = interface_balance(system)
+    if interfaces:
+        print("\nInterfaces (power into each side; they cancel):")
+        for a, b, total in interfaces:
+            print(f"  {a.name}: {a.power}")
+            print(f"  {b.name}: {b.power}")
+            print(f"  sum: {total}" + ("  (cancel identically)" if total == 0 else "  (DO NOT CANCEL)"))
+    if not system.is_explicit():
+        print("\nPower balance: the system is linear-implicit (multipliers or a mass matrix), so dE/dt is not a closed "
+              "expression here; `pdsl simulate` audits E(t) − E(0) − ∫ dE/dt along the motion")
+        for t in system.power_terms:
+            print(f"  {'supplied by' if t.role == 'source' else 'dissipated in'} {t.name}: {t.power if t.role == 'source' else -t.power}")
+        return
     pb = power_balance(system)
     print("\nPower balance (dH/dt = supplied − dissipated):")
     print(f"  dH/dt = {pb.dHdt}")
@@ -247,7 +314,14 @@ def cmd_simulate(args) -> int:
     from ..backend.functions import to_casadi
     from ..data.csvio import write_table
     from ..pipeline import compile_model
-    from ..sim.simulate import input_from_expression, inputs_from_csv, parse_assignment, parse_float, simulate, time_grid
+    from ..sim.simulate import (
+        input_from_expression,
+        inputs_from_csv,
+        parse_assignment,
+        parse_float,
+        simulate,
+        time_grid,
+    )
 
     grid = time_grid(args.t_end, args.dt)
     for opt, v in (("--rtol", args.rtol), ("--atol", args.atol)):
@@ -289,9 +363,17 @@ def cmd_simulate(args) -> int:
                    integrator=args.integrator, substeps=args.substeps, project=not args.no_project,
                    stabilize=args.stabilize, baumgarte_alpha=args.baumgarte_alpha, baumgarte_beta=args.baumgarte_beta)
     names, data = res.columns()
+    if args.columns:
+        from ..data.formats import parse_columns, select_columns
+
+        names, data = select_columns(names, data, parse_columns(args.columns))
     _write(lambda: write_table(args.output, names, data), args.output)
     how = f"rtol {args.rtol:g}" if "rtol" in res.info else f"h = {args.dt / args.substeps:g}"
     print(f"{m.name}: {len(grid)} samples, t = 0 … {grid[-1]:g}, {res.info['integrator']} {how} -> {args.output}")
+    if res.info.get("switch_times"):  # conditions on t alone (pdsl.backend.events)
+        print(f"  stopped and restarted at the switches of conditions on t: t = {', '.join(f'{s:.12g}' for s in res.info['switch_times'])}")
+    if res.info.get("state_conditions"):
+        print(f"  note: {res.info['state_conditions']}")
     proj = res.info.get("projection")
     if proj is not None and proj.changes:
         print(f"  initial state projected onto the constraints (residual {proj.residual_before:.2e} -> {proj.residual_after:.1e}):")
@@ -309,6 +391,11 @@ def cmd_simulate(args) -> int:
 
         _write(lambda: plot_states(res, args.plot, title=m.name), args.plot)
         print(f"  plot -> {args.plot}")
+    if getattr(args, "animate", None):
+        from ..sim.plot import animate_bodies
+
+        _write(lambda: animate_bodies(res, m, args.animate), args.animate)
+        print(f"  animation -> {args.animate}")
     return EXIT_OK
 
 
@@ -398,7 +485,12 @@ def _simulate_random(args, m, num, grid, init, params, inputs) -> int:
                           threads=args.threads, baumgarte_alpha=args.baumgarte_alpha, baumgarte_beta=args.baumgarte_beta)
     names, _ = runs[0].columns()
     data = np.vstack([np.column_stack([np.full(len(grid), k), r.columns()[1]]) for k, r in enumerate(runs)])
-    _write(lambda: write_table(args.output, ["traj", *names], data), args.output)
+    names = ["traj", *names]
+    if args.columns:
+        from ..data.formats import parse_columns, select_columns
+
+        names, data = select_columns(names, data, parse_columns(args.columns))
+    _write(lambda: write_table(args.output, names, data), args.output)
     origin = f"initial states from {args.init_data}" if args.init_data is not None else f"seed {args.seed}"
     print(f"{m.name}: {len(runs)} trajectories × {len(grid)} samples ({origin}) -> {args.output}")
     if args.init_data is not None:
@@ -485,15 +577,52 @@ def cmd_evaluate(args) -> int:
     return fit_cmd.cmd_evaluate(args)
 
 
+def cmd_sweep(args) -> int:
+    from . import sweep_cmd
+
+    return sweep_cmd.cmd_sweep(args)
+
+
+def cmd_completion(args) -> int:
+    from .completion import script
+
+    sys.stdout.write(script(build_parser(), args.shell))
+    return EXIT_OK
+
+
 COMMANDS = {
     "check": cmd_check, "show": cmd_show, "simulate": cmd_simulate, "compile": cmd_compile,
-    "fit": cmd_fit, "evaluate": cmd_evaluate,
+    "fit": cmd_fit, "evaluate": cmd_evaluate, "sweep": cmd_sweep, "completion": cmd_completion,
 }
+
+
+def _run_command(args) -> int:
+    """Run the command; -q drops the summary, ``-o -`` sends it to standard error (the data owns standard output)."""
+    import contextlib
+    import os
+    import time
+
+    from ..data.formats import summary_to_stderr
+
+    if getattr(args, "output", None) == "-" and args.command != "simulate":
+        raise PdslError.at("BadOption", f"-o -: `pdsl {args.command}` writes files into a directory, not to standard output",
+                           hint="`-o -` (CSV on standard output) is for `pdsl simulate`")
+    start = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        if getattr(args, "output", None) == "-" and args.command == "simulate":
+            stack.enter_context(summary_to_stderr())
+        if args.summary_quiet:
+            null = stack.enter_context(open(os.devnull, "w", encoding="utf-8"))
+            stack.enter_context(contextlib.redirect_stdout(null))
+        code = COMMANDS[args.command](args)
+    if args.verbose:
+        print(f"pdsl {args.command}: {time.perf_counter() - start:.3f} s", file=sys.stderr)
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in argv
+    debug = "--debug" in argv or "-vv" in argv or argv.count("-v") + argv.count("--verbose") >= 2
     try:
         args = build_parser().parse_args(argv)
         if args.version:
@@ -504,7 +633,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             build_parser().print_help()
             return EXIT_USER
-        return COMMANDS[args.command](args)
+        return _run_command(args)
     except PdslError as err:
         print(render(err.diagnostics, color=sys.stderr.isatty()), file=sys.stderr)
         return EXIT_USER

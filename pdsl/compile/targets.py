@@ -17,7 +17,6 @@ import tempfile
 from pathlib import Path
 
 import casadi as ca
-import numpy as np
 import sympy as sp
 
 from .. import __version__
@@ -28,7 +27,7 @@ from ..resolve.model import network_derivative
 
 __all__ = ["TARGETS", "compile_to", "manifest"]
 
-TARGETS = ("casadi", "c", "python")
+TARGETS = ("casadi", "c", "python", "fmu")
 
 
 def _functions(num: NumericSystem) -> dict[str, ca.Function]:
@@ -80,6 +79,10 @@ def compile_to(num: NumericSystem, target: str, out_dir: str | Path, *, cc: str 
     """Write ``target`` for ``num`` into ``out_dir`` (replaced atomically). Returns the files written."""
     if target not in TARGETS:
         raise PdslError.at("BadOption", f"--target {target}: unknown", hint="one of: " + ", ".join(TARGETS))
+    if target == "fmu":  # one file, not a directory (pdsl/compile/fmu.py)
+        from .fmu import write_fmu
+
+        return [write_fmu(_consistent_start(num), out_dir, cc=cc)]
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise PdslError.at("BadOption", f"-o {out}: exists and is not a directory")

@@ -1,0 +1,11 @@
+"""Values of CLI options with ``choices``, importable without CasADi (``pdsl check`` loads no numeric backend).
+
+Each tuple mirrors the module that interprets it; tests/cli/test_cli_interop.py checks that they agree.
+"""
+
+from __future__ import annotations
+
+TARGETS = ("casadi", "c", "python", "fmu")  # pdsl.compile.targets.TARGETS
+INTEGRATORS = ("cvodes", "cvodes-bdf", "idas", "euler", "rk4", "midpoint", "gauss2")  # pdsl.sim.simulate: INTEGRATORS, FIXED_STEP
+STABILIZERS = ("none", "project", "baumgarte")  # pdsl.sim.simulate.STABILIZERS
+FORMULATIONS = ("hamiltonian", "lagrangian")

@@ -1,0 +1,923 @@
+"""`pdsl compile --target fmu`: an FMI 2.0 FMU (Model Exchange and Co-Simulation in one archive).
+
+The FMU holds
+
+* ``modelDescription.xml``: states (with their start values), state derivatives, parameters,
+  exogenous inputs, and as outputs every column that ``pdsl simulate`` writes (the shown state —
+  e.g. velocities of a Cartesian model — and the declared outputs), named exactly like the CSV
+  columns, so that an FMI tool records them by default; ModelStructure dependencies are read off
+  CasADi's Jacobian sparsity; units where the model declares them;
+* ``sources/``: the C code — CasADi's generated code for one evaluation function (derivatives,
+  shown columns, outputs) and its forward-mode derivative (``fmi2GetDirectionalDerivative``),
+  plus a hand-written FMI 2.0 wrapper (``fmu.c``) with a fixed-step RK4 solver for Co-Simulation;
+* ``binaries/<platform>/<id>.so``: the wrapper compiled for this platform.
+
+Traps handled here:
+
+* a state may itself be called ``der(q1)`` (Lagrangian velocities): FMI's conventional derivative
+  name ``der(q1)`` would clash with it, so derivative variables are named ``d/dt(NAME)`` under the
+  flat naming convention (``/`` never occurs in a pdsl name);
+* CasADi's generated C exports global symbols: every generated function is named with the prefix
+  ``pdsl_<id>_`` (CasADi's ``prefix`` option covers its internal helpers), and the library is built
+  with hidden visibility, so only the ``fmi2*`` entry points are exported; two pdsl FMUs can be
+  loaded into one process.
+
+Generated C never contains a model name: variables are addressed by value reference, the
+identifier is sanitised to ``[A-Za-z0-9_]``; names appear only in the XML, escaped by ElementTree.
+Neural network weights (and fitted values, ``--params``) are baked in as the parameter vector's
+start; the physical parameters are tunable FMI parameters, the weights are not exposed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import casadi as ca
+import numpy as np
+
+from .. import __version__
+from ..backend.functions import NumericSystem
+from ..diagnostics import PdslError
+
+__all__ = ["write_fmu", "fmu_identifier", "FmuLayout", "layout", "DEFAULT_CS_STEP", "CS_STEP_NAME"]
+
+DEFAULT_CS_STEP = 1e-3
+CS_STEP_NAME = "pdsl:cs_max_step"  # ':' never occurs in a pdsl name
+
+# value-reference kinds (shared by the XML and the C tables)
+K_TIME, K_STATE, K_DER, K_REPORT, K_OUTPUT, K_PARAM, K_INPUT, K_CSSTEP = range(8)
+
+
+def fmu_identifier(name: str) -> str:
+    """The FMU's modelIdentifier: the model name as a C identifier (also the binary's file name)."""
+    ident = re.sub(r"[^A-Za-z0-9_]", "_", name) or "model"
+    if ident[0].isdigit():
+        ident = f"m_{ident}"
+    return ident[:64]
+
+
+def _platform() -> tuple[str, str]:
+    """(binaries folder, shared-library suffix) of this platform, as FMI 2.0 names them."""
+    bits = "64" if sys.maxsize > 2**32 else "32"
+    system = platform.system()
+    if system == "Linux":
+        return f"linux{bits}", ".so"
+    if system == "Darwin":
+        return f"darwin{bits}", ".dylib"
+    if system == "Windows":
+        return f"win{bits}", ".dll"
+    raise PdslError.at("NotYetSupported", f"FMU binaries for platform {system!r} are not supported",
+                       hint="FMI 2.0 defines binaries for Linux, macOS and Windows")
+
+
+@dataclass(frozen=True)
+class Var:
+    name: str
+    kind: int
+    index: int  # position within its kind
+    causality: str
+    variability: str
+    initial: str | None
+    start: float | None = None
+    derivative: int | None = None  # 1-based index of the state (derivatives)
+    unit: str | None = None
+    description: str | None = None
+
+
+@dataclass(frozen=True)
+class FmuLayout:
+    """The FMI variables of a model, in ModelVariables order (value reference = position)."""
+
+    variables: tuple[Var, ...]
+    report_rows: tuple[int, ...]  # rows of the report vector that are separate outputs (not states)
+    n_phys: int  # physical parameters (FMI parameters); the rest of p (network weights) is baked in
+
+    def names(self) -> list[str]:
+        return [v.name for v in self.variables]
+
+    def of_kind(self, kind: int) -> list[Var]:
+        return [v for v in self.variables if v.kind == kind]
+
+
+def _units(system):
+    """name -> unit text, for the quantities whose unit the model declares or derives (none otherwise)."""
+    of = getattr(system, "unit_of", None)
+
+    def unit(name: str) -> str | None:
+        u = of(name) if of is not None else None
+        return str(u).strip() or None if u is not None else None
+
+    return unit
+
+
+def layout(num: NumericSystem) -> FmuLayout:
+    """Map the numeric system to FMI variables; every CSV column of ``pdsl simulate`` is an output."""
+    sys_ = num.system
+    if num.nz:
+        raise PdslError.at("NotYetSupported", f"{sys_.name} is a DAE ({num.nz} algebraic variables): the FMU target "
+                           "exports ODEs only", sys_.span, hint="the C and CasADi targets export DAEs")
+    report = sys_.report_columns()
+    state_of = {s.name: s for s in sys_.states}
+    shown_states: set[str] = set()
+    extra_rows: list[int] = []
+    for row, (name, expr) in enumerate(report):
+        if name in state_of:
+            if expr != state_of[name].symbol:
+                raise PdslError.at("NotYetSupported", f"the shown column `{name}` has a state's name but another value",
+                                   sys_.span)
+            shown_states.add(name)
+        else:
+            extra_rows.append(row)
+    n_phys = len(sys_.params)
+    _unit = _units(sys_)
+    variables: list[Var] = [Var("time", K_TIME, 0, "independent", "continuous", None,
+                                description="simulation time")]
+    for i, s in enumerate(sys_.states):
+        variables.append(Var(s.name, K_STATE, i, "output" if s.name in shown_states else "local", "continuous",
+                             "exact", float(num.x_start[i]), unit=_unit(s.name)))
+    for i, s in enumerate(sys_.states):
+        u = _unit(s.name)
+        variables.append(Var(f"d/dt({s.name})", K_DER, i, "local", "continuous", "calculated",
+                             derivative=2 + i, description=f"time derivative of {s.name}",
+                             unit=f"{u}/s" if u else None))
+    for k, row in enumerate(extra_rows):
+        variables.append(Var(report[row][0], K_REPORT, k, "output", "continuous", "calculated",
+                             unit=_unit(report[row][0])))
+    for k, o in enumerate(sys_.outputs):
+        variables.append(Var(o.name, K_OUTPUT, k, "output", "continuous", "calculated", unit=_unit(o.name)))
+    for k, q in enumerate(sys_.params):
+        variables.append(Var(q.name, K_PARAM, k, "parameter", "tunable", "exact", float(num.p_default[k]),
+                             unit=_unit(q.name)))
+    for k, v in enumerate(sys_.exogenous_inputs):
+        variables.append(Var(v.name, K_INPUT, k, "input", "continuous", None, 0.0, unit=_unit(v.name)))
+    variables.append(Var(CS_STEP_NAME, K_CSSTEP, 0, "parameter", "tunable", "exact", DEFAULT_CS_STEP,
+                         description="Co-Simulation: largest internal RK4 step"))
+    seen: dict[str, int] = {}
+    for v in variables:
+        if v.name in seen:
+            raise PdslError.at("BadOption", f"the FMU would have two variables called `{v.name}`", sys_.span,
+                               hint="rename the output or parameter that repeats a state's or column's name")
+        seen[v.name] = 1
+    return FmuLayout(tuple(variables), tuple(extra_rows), n_phys)
+
+
+# ---------------------------------------------------------------- CasADi functions
+def _time_events(num: NumericSystem, prefix: str) -> tuple[ca.Function, ca.Function] | None:
+    """For models whose conditions switch in time (issue 11): ``modes(t, t_mode, x, p, u) -> xdot`` with the
+    conditions read at ``t_mode``, and ``switches(t, p) -> g`` whose sign changes are the switch times."""
+    dae_modes, switches = getattr(num, "dae_modes", None), getattr(num, "switches", None)
+    if dae_modes is None or switches is None or switches.size1_out(0) == 0:
+        return None
+    T = ca.SX if num.kind == "SX" else ca.MX
+    t, tm = T.sym("t"), T.sym("t_mode")
+    x, p, u = T.sym("x", num.nx), T.sym("p", len(num.p_names)), T.sym("u", len(num.u_names))
+    xdot = dae_modes(t, tm, x, T(0, 1), p, u)[0]
+    modes = ca.Function(f"{prefix}modes", [t, tm, x, p, u], [xdot], ["t", "t_mode", "x", "p", "u"], ["xdot"])
+    sw = ca.Function(f"{prefix}switches", [t, p], [switches(t, p)], ["t", "p"], ["g"])
+    return modes, sw
+
+
+def _functions(num: NumericSystem, lay: FmuLayout, prefix: str) -> tuple[ca.Function, ca.Function]:
+    """``eval(t, x, p, u) -> (xdot, r, y)`` and its forward derivative
+    ``fwd(t, x, p, u, dx, dp, du) -> (dxdot, dr, dy)`` (r: the shown columns that are not states)."""
+    T = ca.SX if num.kind == "SX" else ca.MX
+    t = T.sym("t")
+    x = T.sym("x", num.nx)
+    p = T.sym("p", len(num.p_names))
+    u = T.sym("u", len(num.u_names))
+    z = T(0, 1)
+    xdot = num.rhs(t, x, p, u)
+    rep_all = num.report(t, x, p)
+    r = ca.vertcat(*[rep_all[i] for i in lay.report_rows]) if lay.report_rows else T(0, 1)
+    y = num.outputs(t, x, z, p, u)
+    ev = ca.Function(f"{prefix}eval", [t, x, p, u], [xdot, r, y], ["t", "x", "p", "u"], ["xdot", "r", "y"])
+    dx, dp, du = T.sym("dx", num.nx), T.sym("dp", len(num.p_names)), T.sym("du", len(num.u_names))
+    v, dv = ca.vertcat(x, p, u), ca.vertcat(dx, dp, du)
+    outs = [ca.jtimes(e, v, dv) if e.numel() and v.numel() else T.zeros(e.shape) for e in (xdot, r, y)]
+    fwd = ca.Function(f"{prefix}fwd", [t, x, p, u, dx, dp, du], outs,
+                      ["t", "x", "p", "u", "dx", "dp", "du"], ["dxdot", "dr", "dy"])
+    return ev, fwd
+
+
+def _dependencies(ev: ca.Function, lay: FmuLayout) -> dict[int, list[int]]:
+    """1-based variable index of each output / derivative -> the states and inputs it depends on."""
+    index = {(v.kind, v.index): k + 1 for k, v in enumerate(lay.variables)}
+    states, inputs = lay.of_kind(K_STATE), lay.of_kind(K_INPUT)
+    deps: dict[int, list[int]] = {}
+    for out_i, kind in ((0, K_DER), (1, K_REPORT), (2, K_OUTPUT)):
+        n_out = ev.size1_out(out_i)
+        if n_out == 0:
+            continue
+        rows: list[set[int]] = [set() for _ in range(n_out)]
+        for in_i, knowns in ((1, states), (3, inputs)):
+            if not knowns:
+                continue
+            sp_ = ev.sparsity_jac(in_i, out_i)
+            for row, col in zip(*sp_.get_triplet()):
+                rows[row].add(index[(knowns[0].kind, col)])
+        for k in range(n_out):
+            deps[index[(kind, k)]] = sorted(rows[k])
+    for s in states:
+        deps.setdefault(index[(K_STATE, s.index)], [index[(K_STATE, s.index)]])
+    return deps
+
+
+# ---------------------------------------------------------------- modelDescription.xml
+def _fmt(v: float) -> str:
+    return repr(float(v))
+
+
+def model_description(num: NumericSystem, lay: FmuLayout, ident: str, guid: str, deps: dict[int, list[int]],
+                      sources: list[str]) -> bytes:
+    sys_ = num.system
+    root = ET.Element("fmiModelDescription", {
+        "fmiVersion": "2.0", "modelName": sys_.name, "guid": guid,
+        "description": sys_.doc or f"{sys_.name} (pdsl)", "generationTool": f"pdsl {__version__}",
+        "variableNamingConvention": "flat", "numberOfEventIndicators": "0",
+    })
+    for tag, extra in (("ModelExchange", {"completedIntegratorStepNotNeeded": "true"}),
+                       ("CoSimulation", {"canHandleVariableCommunicationStepSize": "true"})):
+        el = ET.SubElement(root, tag, {"modelIdentifier": ident, "providesDirectionalDerivative": "true", **extra})
+        files = ET.SubElement(el, "SourceFiles")
+        for s in sources:
+            ET.SubElement(files, "File", {"name": s})
+    units = sorted({v.unit for v in lay.variables if v.unit})
+    if units:
+        ud = ET.SubElement(root, "UnitDefinitions")
+        for u in units:
+            ET.SubElement(ud, "Unit", {"name": u})
+    ET.SubElement(root, "DefaultExperiment", {"startTime": "0.0"})
+    mv = ET.SubElement(root, "ModelVariables")
+    for vr, v in enumerate(lay.variables):
+        attrs = {"name": v.name, "valueReference": str(vr), "causality": v.causality, "variability": v.variability}
+        if v.initial is not None and not (v.causality == "parameter" and v.initial == "exact"):
+            attrs["initial"] = v.initial
+        if v.description:
+            attrs["description"] = v.description
+        sv = ET.SubElement(mv, "ScalarVariable", attrs)
+        real = {}
+        if v.unit:
+            real["unit"] = v.unit
+        if v.start is not None:
+            real["start"] = _fmt(v.start)
+        if v.derivative is not None:
+            real["derivative"] = str(v.derivative)
+        ET.SubElement(sv, "Real", real)
+    ms = ET.SubElement(root, "ModelStructure")
+    idx = {id(v): k + 1 for k, v in enumerate(lay.variables)}
+
+    def unknown(parent, k: int, with_deps: bool) -> None:
+        attrs = {"index": str(k)}
+        if with_deps and k in deps:
+            attrs["dependencies"] = " ".join(map(str, deps[k]))
+            attrs["dependenciesKind"] = " ".join("dependent" for _ in deps[k])
+        ET.SubElement(parent, "Unknown", attrs)
+
+    outputs = [v for v in lay.variables if v.causality == "output"]
+    if outputs:
+        el = ET.SubElement(ms, "Outputs")
+        for v in outputs:
+            unknown(el, idx[id(v)], True)
+    ders = lay.of_kind(K_DER)
+    if ders:
+        el = ET.SubElement(ms, "Derivatives")
+        for v in ders:
+            unknown(el, idx[id(v)], True)
+    initial = [v for v in lay.variables if v.kind in (K_DER, K_REPORT, K_OUTPUT)]
+    if initial:
+        el = ET.SubElement(ms, "InitialUnknowns")
+        for v in sorted(initial, key=lambda v: idx[id(v)]):
+            unknown(el, idx[id(v)], False)
+    ET.indent(root)
+    return b'<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="utf-8") + b"\n"
+
+
+# ---------------------------------------------------------------- C wrapper
+def _c_array(values, ctype: str, name: str) -> str:
+    vals = list(values)
+    if not vals:
+        return f"static const {ctype} {name}[1] = {{0}};"
+    body = ", ".join(vals)
+    return f"static const {ctype} {name}[{len(vals)}] = {{{body}}};"
+
+
+def _c_double(v: float) -> str:
+    if not math.isfinite(v):
+        raise PdslError.at("BadOption", f"a start value or parameter is not finite ({v}); the FMU needs finite values")
+    return repr(float(v))
+
+
+def wrapper_source(num: NumericSystem, lay: FmuLayout, ev: ca.Function, fwd: ca.Function, prefix: str,
+                   guid: str, events: tuple[ca.Function, ca.Function] | None = None) -> str:
+    fns = [ev, fwd, *(events or ())]
+    sz = {k: max(getattr(f, k)() for f in fns) for k in ("sz_arg", "sz_res", "sz_iw", "sz_w")}
+    consts = {
+        "NX": num.nx, "NP": len(num.p_names), "NU": len(num.u_names), "NR": len(lay.report_rows),
+        "NY": len(num.y_names), "NVR": len(lay.variables), "NPHYS": lay.n_phys,
+        "SZ_ARG": max(sz["sz_arg"], 7), "SZ_RES": max(sz["sz_res"], 3), "SZ_IW": max(sz["sz_iw"], 1),
+        "SZ_W": max(sz["sz_w"], 1),
+        "HAS_SWITCHES": int(events is not None), "NSW": events[1].size1_out(0) if events else 0,
+    }
+    head = "\n".join(f"#define {k} {v}" for k, v in consts.items())
+    tables = "\n".join([
+        _c_array((str(v.kind) for v in lay.variables), "int", "VR_KIND"),
+        _c_array((str(v.index) for v in lay.variables), "int", "VR_INDEX"),
+        _c_array((_c_double(v) for v in num.x_start), "double", "X_START"),
+        _c_array((_c_double(v) for v in num.p_default), "double", "P_START"),
+        f'static const char GUID[] = "{guid}";',
+        f"#define CS_STEP_DEFAULT {_c_double(DEFAULT_CS_STEP)}",
+    ])
+    return (_C_WRAPPER
+            .replace("@HEAD@", head)
+            .replace("@TABLES@", tables)
+            .replace("@EVAL@", f"{prefix}eval")
+            .replace("@FWD@", f"{prefix}fwd")
+            .replace("@MODES@", f"{prefix}modes" if events else "NULL")
+            .replace("@SWITCHES@", f"{prefix}switches" if events else "NULL"))
+
+
+_C_WRAPPER = r"""/* FMI 2.0 wrapper (Model Exchange and Co-Simulation) generated by pdsl.
+ * Variables are addressed by value reference; modelDescription.xml names them.
+ * Co-Simulation integrates with classical RK4, at most `pdsl:cs_max_step` per internal step,
+ * inputs held constant over a communication step. */
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "model.h"
+
+#if defined(_WIN32)
+#define FMI_EXPORT __declspec(dllexport)
+#else
+#define FMI_EXPORT __attribute__((visibility("default")))
+#endif
+
+typedef void *fmi2Component;
+typedef void *fmi2ComponentEnvironment;
+typedef void *fmi2FMUstate;
+typedef unsigned int fmi2ValueReference;
+typedef double fmi2Real;
+typedef int fmi2Integer;
+typedef int fmi2Boolean;
+typedef char fmi2Char;
+typedef const fmi2Char *fmi2String;
+typedef char fmi2Byte;
+#define fmi2True 1
+#define fmi2False 0
+typedef enum { fmi2OK, fmi2Warning, fmi2Discard, fmi2Error, fmi2Fatal, fmi2Pending } fmi2Status;
+typedef enum { fmi2ModelExchange, fmi2CoSimulation } fmi2Type;
+typedef enum { fmi2DoStepStatus, fmi2PendingStatus, fmi2LastSuccessfulTime, fmi2Terminated } fmi2StatusKind;
+typedef void (*fmi2CallbackLogger)(fmi2ComponentEnvironment, fmi2String, fmi2Status, fmi2String, fmi2String, ...);
+typedef void *(*fmi2CallbackAllocateMemory)(size_t, size_t);
+typedef void (*fmi2CallbackFreeMemory)(void *);
+typedef void (*fmi2StepFinished)(fmi2ComponentEnvironment, fmi2Status);
+typedef struct {
+  const fmi2CallbackLogger logger;
+  const fmi2CallbackAllocateMemory allocateMemory;
+  const fmi2CallbackFreeMemory freeMemory;
+  const fmi2StepFinished stepFinished;
+  const fmi2ComponentEnvironment componentEnvironment;
+} fmi2CallbackFunctions;
+typedef struct {
+  fmi2Boolean newDiscreteStatesNeeded;
+  fmi2Boolean terminateSimulation;
+  fmi2Boolean nominalsOfContinuousStatesChanged;
+  fmi2Boolean valuesOfContinuousStatesChanged;
+  fmi2Boolean nextEventTimeDefined;
+  fmi2Real nextEventTime;
+} fmi2EventInfo;
+
+@HEAD@
+#define K_TIME 0
+#define K_STATE 1
+#define K_DER 2
+#define K_REPORT 3
+#define K_OUTPUT 4
+#define K_PARAM 5
+#define K_INPUT 6
+#define K_CSSTEP 7
+#define A1(n) ((n) > 0 ? (n) : 1)
+
+@TABLES@
+
+typedef struct {
+  fmi2Type type;
+  fmi2CallbackLogger logger;
+  fmi2CallbackFreeMemory freeMemory;
+  fmi2ComponentEnvironment env;
+  int logging;
+  char name[128];
+  double t;
+  double seg_start, seg_end, stop_time; /* Model Exchange: the segment between time events */
+  int stop_defined;
+  double ga[A1(NSW)], gb[A1(NSW)], gm[A1(NSW)];
+  double x[A1(NX)], p[A1(NP)], u[A1(NU)];
+  double cs_step;
+  double xdot[A1(NX)], r[A1(NR)], y[A1(NY)];
+  int dirty;
+  const casadi_real *arg[SZ_ARG];
+  casadi_real *res[SZ_RES];
+  casadi_int iw[SZ_IW];
+  casadi_real w[SZ_W];
+  double k1[A1(NX)], k2[A1(NX)], k3[A1(NX)], k4[A1(NX)], xs[A1(NX)];
+  double dx[A1(NX)], dp[A1(NP)], du[A1(NU)], dxdot[A1(NX)], dr[A1(NR)], dy[A1(NY)];
+} Inst;
+
+static void say(Inst *c, fmi2Status st, const char *msg) {
+  if (c && c->logger && (c->logging || st >= fmi2Error))
+    c->logger(c->env, c->name, st, st >= fmi2Error ? "logStatusError" : "logAll", "%s", msg);
+}
+
+static void reset_values(Inst *c) {
+  int i;
+  for (i = 0; i < NX; ++i) c->x[i] = X_START[i];
+  for (i = 0; i < NP; ++i) c->p[i] = P_START[i];
+  for (i = 0; i < NU; ++i) c->u[i] = 0.0;
+  c->cs_step = CS_STEP_DEFAULT;
+  c->dirty = 1;
+}
+
+/* derivatives, shown columns and outputs at (t, x, p, u) into xdot, r, y */
+static int eval_at(Inst *c, double t, const double *x, double *xdot, double *r, double *y) {
+  c->arg[0] = &t; c->arg[1] = x; c->arg[2] = c->p; c->arg[3] = c->u;
+  c->res[0] = xdot; c->res[1] = r; c->res[2] = y;
+  if (@EVAL@(c->arg, c->res, c->iw, c->w, 0)) { say(c, fmi2Error, "evaluation failed"); return 1; }
+  return 0;
+}
+
+/* derivatives with the time conditions read at t_mode (exact within a segment between switches) */
+static int rates_at(Inst *c, double t, double t_mode, const double *x, double *xdot) {
+#if HAS_SWITCHES
+  c->arg[0] = &t; c->arg[1] = &t_mode; c->arg[2] = x; c->arg[3] = c->p; c->arg[4] = c->u;
+  c->res[0] = xdot;
+  if (@MODES@(c->arg, c->res, c->iw, c->w, 0)) { say(c, fmi2Error, "evaluation failed"); return 1; }
+  return 0;
+#else
+  (void)t_mode;
+  return eval_at(c, t, x, xdot, c->dr, c->dy);
+#endif
+}
+
+#if HAS_SWITCHES
+static int switch_values(Inst *c, double t, double *g) {
+  c->arg[0] = &t; c->arg[1] = c->p;
+  c->res[0] = g;
+  if (@SWITCHES@(c->arg, c->res, c->iw, c->w, 0)) { say(c, fmi2Error, "switch evaluation failed"); return 1; }
+  return 0;
+}
+
+/* the first time in (a, b] where a switch function changes sign or reaches 0 from a nonzero value at a
+   (*found = 1), to a relative 1e-15; b when there is none (*found = 0) */
+static int first_switch(Inst *c, double a, double b, double *root, int *found) {
+  int i, k;
+  *root = b;
+  *found = 0;
+  if (switch_values(c, a, c->ga) || switch_values(c, b, c->gb)) return 1;
+  for (i = 0; i < NSW; ++i) {
+    double lo = a, hi = b, glo = c->ga[i];
+    if (glo == 0.0 || !(glo * c->gb[i] <= 0.0)) continue;
+    *found = 1;
+    for (k = 0; k < 200 && hi - lo > 1e-15 * (1.0 + fabs(hi)); ++k) {
+      double mid = 0.5 * (lo + hi);
+      if (switch_values(c, mid, c->gm)) return 1;
+      if (c->gm[i] * glo > 0.0) lo = mid; else hi = mid;
+    }
+    if (hi < *root) *root = hi;
+  }
+  return 0;
+}
+#endif
+
+/* the mode time of Model Exchange: the middle of the current segment between time events */
+static double me_mode_time(Inst *c) {
+  if (isfinite(c->seg_end)) return 0.5 * (c->seg_start + c->seg_end);
+  return c->t > c->seg_start ? c->t : c->seg_start + 1e-9 * (1.0 + fabs(c->seg_start));
+}
+
+static int refresh(Inst *c) {
+  if (!c->dirty) return 0;
+  if (eval_at(c, c->t, c->x, c->xdot, c->r, c->y)) return 1;
+#if HAS_SWITCHES
+  if (rates_at(c, c->t, me_mode_time(c), c->x, c->xdot)) return 1;
+#endif
+  c->dirty = 0;
+  return 0;
+}
+
+FMI_EXPORT const char *fmi2GetTypesPlatform(void) { return "default"; }
+FMI_EXPORT const char *fmi2GetVersion(void) { return "2.0"; }
+
+FMI_EXPORT fmi2Status fmi2SetDebugLogging(fmi2Component comp, fmi2Boolean on, size_t n, const fmi2String cats[]) {
+  (void)n; (void)cats;
+  if (!comp) return fmi2Error;
+  ((Inst *)comp)->logging = on;
+  return fmi2OK;
+}
+
+FMI_EXPORT fmi2Component fmi2Instantiate(fmi2String name, fmi2Type type, fmi2String guid, fmi2String location,
+                                         const fmi2CallbackFunctions *cb, fmi2Boolean visible, fmi2Boolean logging) {
+  Inst *c;
+  (void)location; (void)visible;
+  if (!guid || strcmp(guid, GUID) != 0) {
+    if (cb && cb->logger) cb->logger(cb->componentEnvironment, name, fmi2Error, "logStatusError", "%s",
+                                     "GUID does not match this FMU's binary");
+    return NULL;
+  }
+  c = (cb && cb->allocateMemory) ? (Inst *)cb->allocateMemory(1, sizeof(Inst)) : (Inst *)calloc(1, sizeof(Inst));
+  if (!c) return NULL;
+  memset(c, 0, sizeof(Inst));
+  c->type = type;
+  if (cb) { c->logger = cb->logger; c->env = cb->componentEnvironment; }
+  /* free with the environment's function only what its allocateMemory gave */
+  c->freeMemory = (cb && cb->allocateMemory) ? cb->freeMemory : NULL;
+  c->logging = logging;
+  if (name) { strncpy(c->name, name, sizeof(c->name) - 1); }
+  reset_values(c);
+  c->t = 0.0;
+  c->seg_start = 0.0;
+  c->seg_end = INFINITY;
+  return c;
+}
+
+FMI_EXPORT void fmi2FreeInstance(fmi2Component comp) {
+  Inst *c = (Inst *)comp;
+  if (!c) return;
+  if (c->freeMemory) c->freeMemory(c); else free(c);
+}
+
+FMI_EXPORT fmi2Status fmi2SetupExperiment(fmi2Component comp, fmi2Boolean tolDefined, fmi2Real tol,
+                                          fmi2Real startTime, fmi2Boolean stopDefined, fmi2Real stopTime) {
+  Inst *c = (Inst *)comp;
+  (void)tolDefined; (void)tol;
+  if (!c) return fmi2Error;
+  c->t = startTime;
+  c->seg_start = startTime;
+  c->seg_end = INFINITY;
+  c->stop_defined = stopDefined;
+  c->stop_time = stopTime;
+  c->dirty = 1;
+  return fmi2OK;
+}
+
+FMI_EXPORT fmi2Status fmi2EnterInitializationMode(fmi2Component comp) { return comp ? fmi2OK : fmi2Error; }
+FMI_EXPORT fmi2Status fmi2ExitInitializationMode(fmi2Component comp) {
+  return comp ? (refresh((Inst *)comp) ? fmi2Error : fmi2OK) : fmi2Error;
+}
+FMI_EXPORT fmi2Status fmi2Terminate(fmi2Component comp) { return comp ? fmi2OK : fmi2Error; }
+FMI_EXPORT fmi2Status fmi2Reset(fmi2Component comp) {
+  Inst *c = (Inst *)comp;
+  if (!c) return fmi2Error;
+  reset_values(c);
+  c->t = 0.0;
+  c->seg_start = 0.0;
+  c->seg_end = INFINITY;
+  return fmi2OK;
+}
+
+FMI_EXPORT fmi2Status fmi2GetReal(fmi2Component comp, const fmi2ValueReference vr[], size_t n, fmi2Real value[]) {
+  Inst *c = (Inst *)comp;
+  size_t i;
+  if (!c) return fmi2Error;
+  for (i = 0; i < n; ++i) {
+    unsigned int k = vr[i];
+    int j;
+    if (k >= NVR) { say(c, fmi2Error, "fmi2GetReal: unknown value reference"); return fmi2Error; }
+    j = VR_INDEX[k];
+    switch (VR_KIND[k]) {
+      case K_TIME: value[i] = c->t; break;
+      case K_STATE: value[i] = c->x[j]; break;
+      case K_DER: if (refresh(c)) return fmi2Error; value[i] = c->xdot[j]; break;
+      case K_REPORT: if (refresh(c)) return fmi2Error; value[i] = c->r[j]; break;
+      case K_OUTPUT: if (refresh(c)) return fmi2Error; value[i] = c->y[j]; break;
+      case K_PARAM: value[i] = c->p[j]; break;
+      case K_INPUT: value[i] = c->u[j]; break;
+      case K_CSSTEP: value[i] = c->cs_step; break;
+      default: return fmi2Error;
+    }
+  }
+  return fmi2OK;
+}
+
+FMI_EXPORT fmi2Status fmi2SetReal(fmi2Component comp, const fmi2ValueReference vr[], size_t n, const fmi2Real value[]) {
+  Inst *c = (Inst *)comp;
+  size_t i;
+  if (!c) return fmi2Error;
+  for (i = 0; i < n; ++i) {
+    unsigned int k = vr[i];
+    int j;
+    if (k >= NVR) { say(c, fmi2Error, "fmi2SetReal: unknown value reference"); return fmi2Error; }
+    j = VR_INDEX[k];
+    switch (VR_KIND[k]) {
+      case K_STATE: c->x[j] = value[i]; break;
+      case K_PARAM: c->p[j] = value[i]; break;
+      case K_INPUT: c->u[j] = value[i]; break;
+      case K_CSSTEP:
+        if (!(value[i] > 0.0)) { say(c, fmi2Error, "pdsl:cs_max_step must be positive"); return fmi2Error; }
+        c->cs_step = value[i]; break;
+      default: say(c, fmi2Error, "fmi2SetReal: variable cannot be set"); return fmi2Error;
+    }
+  }
+  c->dirty = 1;
+  return fmi2OK;
+}
+
+#define NO_VALUES(Fn, T) \
+  FMI_EXPORT fmi2Status Fn(fmi2Component comp, const fmi2ValueReference vr[], size_t n, T value[]) { \
+    (void)vr; (void)value; return (comp && n == 0) ? fmi2OK : fmi2Error; }
+NO_VALUES(fmi2GetInteger, fmi2Integer)
+NO_VALUES(fmi2GetBoolean, fmi2Boolean)
+NO_VALUES(fmi2GetString, fmi2String)
+NO_VALUES(fmi2SetInteger, const fmi2Integer)
+NO_VALUES(fmi2SetBoolean, const fmi2Boolean)
+NO_VALUES(fmi2SetString, const fmi2String)
+
+FMI_EXPORT fmi2Status fmi2GetFMUstate(fmi2Component c, fmi2FMUstate *s) { (void)c; (void)s; return fmi2Error; }
+FMI_EXPORT fmi2Status fmi2SetFMUstate(fmi2Component c, fmi2FMUstate s) { (void)c; (void)s; return fmi2Error; }
+FMI_EXPORT fmi2Status fmi2FreeFMUstate(fmi2Component c, fmi2FMUstate *s) { (void)c; (void)s; return fmi2Error; }
+FMI_EXPORT fmi2Status fmi2SerializedFMUstateSize(fmi2Component c, fmi2FMUstate s, size_t *n) {
+  (void)c; (void)s; (void)n; return fmi2Error; }
+FMI_EXPORT fmi2Status fmi2SerializeFMUstate(fmi2Component c, fmi2FMUstate s, fmi2Byte b[], size_t n) {
+  (void)c; (void)s; (void)b; (void)n; return fmi2Error; }
+FMI_EXPORT fmi2Status fmi2DeSerializeFMUstate(fmi2Component c, const fmi2Byte b[], size_t n, fmi2FMUstate *s) {
+  (void)c; (void)s; (void)b; (void)n; return fmi2Error; }
+
+/* J·dvKnown by CasADi's forward mode; knowns: states, inputs, parameters; unknowns: derivatives, outputs */
+FMI_EXPORT fmi2Status fmi2GetDirectionalDerivative(fmi2Component comp, const fmi2ValueReference vUnknown[], size_t nU,
+                                                   const fmi2ValueReference vKnown[], size_t nK,
+                                                   const fmi2Real dvKnown[], fmi2Real dvUnknown[]) {
+  Inst *c = (Inst *)comp;
+  size_t i;
+  if (!c) return fmi2Error;
+  memset(c->dx, 0, sizeof(c->dx)); memset(c->dp, 0, sizeof(c->dp)); memset(c->du, 0, sizeof(c->du));
+  for (i = 0; i < nK; ++i) {
+    unsigned int k = vKnown[i];
+    if (k >= NVR) return fmi2Error;
+    switch (VR_KIND[k]) {
+      case K_STATE: c->dx[VR_INDEX[k]] += dvKnown[i]; break;
+      case K_PARAM: c->dp[VR_INDEX[k]] += dvKnown[i]; break;
+      case K_INPUT: c->du[VR_INDEX[k]] += dvKnown[i]; break;
+      default: say(c, fmi2Error, "fmi2GetDirectionalDerivative: a known must be a state, input or parameter");
+        return fmi2Error;
+    }
+  }
+  c->arg[0] = &c->t; c->arg[1] = c->x; c->arg[2] = c->p; c->arg[3] = c->u;
+  c->arg[4] = c->dx; c->arg[5] = c->dp; c->arg[6] = c->du;
+  c->res[0] = c->dxdot; c->res[1] = c->dr; c->res[2] = c->dy;
+  if (@FWD@(c->arg, c->res, c->iw, c->w, 0)) { say(c, fmi2Error, "directional derivative failed"); return fmi2Error; }
+  for (i = 0; i < nU; ++i) {
+    unsigned int k = vUnknown[i];
+    if (k >= NVR) return fmi2Error;
+    switch (VR_KIND[k]) {
+      case K_DER: dvUnknown[i] = c->dxdot[VR_INDEX[k]]; break;
+      case K_REPORT: dvUnknown[i] = c->dr[VR_INDEX[k]]; break;
+      case K_OUTPUT: dvUnknown[i] = c->dy[VR_INDEX[k]]; break;
+      case K_STATE: dvUnknown[i] = c->dx[VR_INDEX[k]]; break;
+      default: say(c, fmi2Error, "fmi2GetDirectionalDerivative: an unknown must be a derivative or an output");
+        return fmi2Error;
+    }
+  }
+  return fmi2OK;
+}
+
+/* ---- Model Exchange */
+FMI_EXPORT fmi2Status fmi2EnterEventMode(fmi2Component comp) { return comp ? fmi2OK : fmi2Error; }
+FMI_EXPORT fmi2Status fmi2NewDiscreteStates(fmi2Component comp, fmi2EventInfo *info) {
+  Inst *c = (Inst *)comp;
+  if (!c || !info) return fmi2Error;
+  info->newDiscreteStatesNeeded = fmi2False;
+  info->terminateSimulation = fmi2False;
+  info->nominalsOfContinuousStatesChanged = fmi2False;
+  info->valuesOfContinuousStatesChanged = fmi2False;
+  info->nextEventTimeDefined = fmi2False;
+  info->nextEventTime = 0.0;
+  c->seg_start = c->t;
+  c->seg_end = INFINITY;
+#if HAS_SWITCHES
+  {
+    /* the next switch in time: sampled (4000 intervals up to the stop time, else 1000 time units), refined */
+    double horizon = c->stop_defined && c->stop_time > c->t ? c->stop_time : c->t + 1000.0;
+    double step = (horizon - c->t) / 4000.0, a = c->t, root;
+    int k;
+    for (k = 0; k < 4000; ++k) {
+      double b = k == 3999 ? horizon : c->t + (k + 1) * step;
+      int found;
+      if (first_switch(c, a, b, &root, &found)) return fmi2Error;
+      if (found) {
+        c->seg_end = root;
+        info->nextEventTimeDefined = fmi2True;
+        info->nextEventTime = root;
+        break;
+      }
+      a = b;
+    }
+  }
+#endif
+  c->dirty = 1;
+  return fmi2OK;
+}
+FMI_EXPORT fmi2Status fmi2EnterContinuousTimeMode(fmi2Component comp) { return comp ? fmi2OK : fmi2Error; }
+FMI_EXPORT fmi2Status fmi2CompletedIntegratorStep(fmi2Component comp, fmi2Boolean noSet, fmi2Boolean *enterEvent,
+                                                  fmi2Boolean *terminate) {
+  (void)noSet;
+  if (!comp) return fmi2Error;
+  if (enterEvent) *enterEvent = fmi2False;
+  if (terminate) *terminate = fmi2False;
+  return fmi2OK;
+}
+FMI_EXPORT fmi2Status fmi2SetTime(fmi2Component comp, fmi2Real t) {
+  Inst *c = (Inst *)comp;
+  if (!c) return fmi2Error;
+  c->t = t; c->dirty = 1;
+  return fmi2OK;
+}
+FMI_EXPORT fmi2Status fmi2SetContinuousStates(fmi2Component comp, const fmi2Real x[], size_t n) {
+  Inst *c = (Inst *)comp;
+  if (!c || n != NX) return fmi2Error;
+  if (n) memcpy(c->x, x, n * sizeof(double));
+  c->dirty = 1;
+  return fmi2OK;
+}
+FMI_EXPORT fmi2Status fmi2GetDerivatives(fmi2Component comp, fmi2Real d[], size_t n) {
+  Inst *c = (Inst *)comp;
+  if (!c || n != NX) return fmi2Error;
+  if (refresh(c)) return fmi2Error;
+  if (n) memcpy(d, c->xdot, n * sizeof(double));
+  return fmi2OK;
+}
+FMI_EXPORT fmi2Status fmi2GetEventIndicators(fmi2Component comp, fmi2Real g[], size_t n) {
+  (void)g; return (comp && n == 0) ? fmi2OK : fmi2Error;
+}
+FMI_EXPORT fmi2Status fmi2GetContinuousStates(fmi2Component comp, fmi2Real x[], size_t n) {
+  Inst *c = (Inst *)comp;
+  if (!c || n != NX) return fmi2Error;
+  if (n) memcpy(x, c->x, n * sizeof(double));
+  return fmi2OK;
+}
+FMI_EXPORT fmi2Status fmi2GetNominalsOfContinuousStates(fmi2Component comp, fmi2Real x[], size_t n) {
+  size_t i;
+  if (!comp || n != NX) return fmi2Error;
+  for (i = 0; i < n; ++i) x[i] = 1.0;
+  return fmi2OK;
+}
+
+/* ---- Co-Simulation */
+FMI_EXPORT fmi2Status fmi2SetRealInputDerivatives(fmi2Component c, const fmi2ValueReference vr[], size_t n,
+                                                  const fmi2Integer order[], const fmi2Real v[]) {
+  (void)c; (void)vr; (void)n; (void)order; (void)v; return fmi2Error;
+}
+FMI_EXPORT fmi2Status fmi2GetRealOutputDerivatives(fmi2Component c, const fmi2ValueReference vr[], size_t n,
+                                                   const fmi2Integer order[], fmi2Real v[]) {
+  (void)c; (void)vr; (void)n; (void)order; (void)v; return fmi2Error;
+}
+
+FMI_EXPORT fmi2Status fmi2DoStep(fmi2Component comp, fmi2Real t0, fmi2Real H, fmi2Boolean noSetPrior) {
+  Inst *c = (Inst *)comp;
+  long steps, s;
+  int i;
+  double h;
+  (void)noSetPrior;
+  if (!c) return fmi2Error;
+  if (!(H >= 0.0)) { say(c, fmi2Error, "fmi2DoStep: negative communication step"); return fmi2Error; }
+  steps = (long)ceil(H / c->cs_step - 1e-9);
+  if (steps < 1) steps = 1;
+  h = H / (double)steps;
+  c->t = t0;
+  for (s = 0; s < steps; ++s) {
+    double ta = t0 + s * h, tb = s == steps - 1 ? t0 + H : t0 + (s + 1) * h;
+    while (ta < tb) {
+      double t = ta, dt, tm, seg_b = tb;
+#if HAS_SWITCHES
+      int found;
+      if (first_switch(c, ta, tb, &seg_b, &found)) return fmi2Error; /* a switch inside: step to it, then on */
+#endif
+      dt = seg_b - ta;
+      tm = 0.5 * (ta + seg_b); /* conditions on t read in the middle of the segment, as `pdsl simulate` does */
+      if (rates_at(c, t, tm, c->x, c->k1)) return fmi2Error;
+      for (i = 0; i < NX; ++i) c->xs[i] = c->x[i] + 0.5 * dt * c->k1[i];
+      if (rates_at(c, t + 0.5 * dt, tm, c->xs, c->k2)) return fmi2Error;
+      for (i = 0; i < NX; ++i) c->xs[i] = c->x[i] + 0.5 * dt * c->k2[i];
+      if (rates_at(c, t + 0.5 * dt, tm, c->xs, c->k3)) return fmi2Error;
+      for (i = 0; i < NX; ++i) c->xs[i] = c->x[i] + dt * c->k3[i];
+      if (rates_at(c, t + dt, tm, c->xs, c->k4)) return fmi2Error;
+      for (i = 0; i < NX; ++i) c->x[i] += dt / 6.0 * (c->k1[i] + 2.0 * c->k2[i] + 2.0 * c->k3[i] + c->k4[i]);
+      for (i = 0; i < NX; ++i)
+        if (!isfinite(c->x[i])) { say(c, fmi2Error, "fmi2DoStep: the state is no longer finite"); return fmi2Error; }
+      ta = seg_b;
+    }
+  }
+  c->t = t0 + H;
+  c->dirty = 1;
+  return fmi2OK;
+}
+FMI_EXPORT fmi2Status fmi2CancelStep(fmi2Component c) { (void)c; return fmi2Error; }
+FMI_EXPORT fmi2Status fmi2GetStatus(fmi2Component c, const fmi2StatusKind s, fmi2Status *v) {
+  (void)c; (void)s; (void)v; return fmi2Discard; }
+FMI_EXPORT fmi2Status fmi2GetRealStatus(fmi2Component c, const fmi2StatusKind s, fmi2Real *v) {
+  Inst *ci = (Inst *)c;
+  if (ci && s == fmi2LastSuccessfulTime && v) { *v = ci->t; return fmi2OK; }
+  return fmi2Discard;
+}
+FMI_EXPORT fmi2Status fmi2GetIntegerStatus(fmi2Component c, const fmi2StatusKind s, fmi2Integer *v) {
+  (void)c; (void)s; (void)v; return fmi2Discard; }
+FMI_EXPORT fmi2Status fmi2GetBooleanStatus(fmi2Component c, const fmi2StatusKind s, fmi2Boolean *v) {
+  (void)c; (void)s; (void)v; return fmi2Discard; }
+FMI_EXPORT fmi2Status fmi2GetStringStatus(fmi2Component c, const fmi2StatusKind s, fmi2String *v) {
+  (void)c; (void)s; (void)v; return fmi2Discard; }
+"""
+
+
+# ---------------------------------------------------------------- build and pack
+def _guid(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part)
+        h.update(b"\0")
+    return "{" + str(uuid.UUID(bytes=h.digest()[:16], version=4)) + "}"
+
+
+def _compile(cc: str, out_lib: Path, src_dir: Path) -> None:
+    cmd = [cc, "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-DCASADI_SYMBOL_EXPORT=", "-o", str(out_lib),
+           "fmu.c", "model.c", "-lm"]
+    proc = subprocess.run(cmd, cwd=src_dir, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise PdslError.at("CompilerFailure", f"`{' '.join(cmd)}` failed: {proc.stderr.strip()[:500]}")
+
+
+def write_fmu(num: NumericSystem, out_path: str | Path, *, cc: str | None = None) -> Path:
+    """Write ``num`` as an FMI 2.0 FMU (ME + CS) at ``out_path`` (atomically). Returns the path."""
+    out = Path(out_path)
+    if out.suffix.lower() != ".fmu":
+        raise PdslError.at("BadOption", f"-o {out}: an FMU is one file ending in .fmu",
+                           hint=f"e.g. -o {out.with_suffix('.fmu') if out.suffix else str(out) + '.fmu'}")
+    if out.is_dir():
+        raise PdslError.at("BadOption", f"-o {out}: is a directory")
+    if num.rhs is None:
+        raise PdslError.at("NotYetSupported", f"{num.system.name} is a DAE: the FMU target exports ODEs only",
+                           num.system.span, hint="the C and CasADi targets export DAEs")
+    compiler = cc or shutil.which("cc") or shutil.which("gcc")
+    if not compiler:
+        raise PdslError.at("CompilerFailure", "no C compiler found (cc or gcc): an FMU holds a compiled binary",
+                           hint="install a C compiler (e.g. gcc), or use --target c for the sources only")
+    folder, suffix = _platform()
+    ident = fmu_identifier(num.system.name)
+    prefix = f"pdsl_{ident}_"
+    lay = layout(num)
+    ev, fwd = _functions(num, lay, prefix)
+    events = _time_events(num, prefix)
+    deps = _dependencies(ev, lay)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent)).resolve()
+    try:
+        src = tmp / "sources"
+        src.mkdir()
+        gen = ca.CodeGenerator("model.c", {"with_header": True, "casadi_int": "long long int", "prefix": prefix})
+        gen.add(ev)
+        gen.add(fwd)
+        for f in events or ():
+            gen.add(f)
+        cwd = os.getcwd()
+        try:
+            os.chdir(src)
+            gen.generate()
+        finally:
+            os.chdir(cwd)
+        model_c = (src / "model.c").read_bytes()
+        names = "\n".join(lay.names()).encode("utf-8")
+        guid = _guid(model_c, names, np.asarray(num.x_start).tobytes(), np.asarray(num.p_default).tobytes())
+        (src / "fmu.c").write_text(wrapper_source(num, lay, ev, fwd, prefix, guid, events), encoding="utf-8")
+        bindir = tmp / "binaries" / folder
+        bindir.mkdir(parents=True)
+        _compile(compiler, bindir / f"{ident}{suffix}", src)
+        (tmp / "modelDescription.xml").write_bytes(
+            model_description(num, lay, ident, guid, deps, ["fmu.c", "model.c"]))
+        fd, zpath = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".fmu", dir=out.parent)
+        os.close(fd)
+        try:
+            with zipfile.ZipFile(zpath, "w", zipfile.ZIP_DEFLATED) as zf:
+                for f in sorted(p for p in tmp.rglob("*") if p.is_file()):
+                    zf.write(f, f.relative_to(tmp).as_posix())
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(zpath, 0o666 & ~umask)
+            os.replace(zpath, out)
+        except BaseException:
+            Path(zpath).unlink(missing_ok=True)
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
