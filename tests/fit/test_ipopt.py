@@ -98,8 +98,8 @@ def test_ipopt_resume_continues_from_the_checkpoint(tmp_path, fhn_data):
 @pytest.mark.parametrize("extra, needle", [
     (("--shooting", "multiple", "--method", "adamw"), "multiple shooting is solved by ipopt"),
     (("--method", "ipopt", "--loss", "l1"), "ipopt minimises the mse loss"),
-    (("--shooting", "triple"), "--shooting triple: unknown"),
-    (("--method", "ipopt", "--hessian", "bfgs"), "--hessian bfgs: unknown"),
+    (("--shooting", "triple"), "--shooting: invalid choice: 'triple' (choose from 'single', 'multiple')"),
+    (("--method", "ipopt", "--hessian", "bfgs"), "--hessian: invalid choice: 'bfgs'"),
 ])
 def test_bad_ipopt_options_are_user_errors(tmp_path, fhn_data, capsys, extra, needle):
     rc = cli("fit", FHN, "--data", fhn_data, "--free", "a", "--val-fraction", 0, "-o", tmp_path / "x", *extra)
