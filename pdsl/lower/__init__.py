@@ -11,7 +11,7 @@ from ..diagnostics import PdslError
 from ..resolve.model import Model
 from .ir import Algebraic, Constraint, Equation, State, SymbolicSystem
 from .registry import FORMULATIONS, LowerOptions, formalism_for
-from .structural import check_structure
+from .structural import check_structure, reduce_index
 
 __all__ = ["lower", "formalism_of", "LowerOptions", "SymbolicSystem", "State", "Algebraic", "Equation", "Constraint",
            "FORMULATIONS"]
@@ -42,5 +42,8 @@ def lower(model: Model, options: LowerOptions | str = "hamiltonian", *, stabiliz
         from dataclasses import replace
 
         system = replace(system, units=model.units)
-    check_structure(system)  # the shared structural pass: every system, whichever formalism lowered it
+    # the shared structural passes, on every system whichever formalism lowered it: index reduction of constraints
+    # between states (`0 = g(x)`), then structural balance (rows matched to unknowns)
+    system = reduce_index(system)
+    check_structure(system)
     return system

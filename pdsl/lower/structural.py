@@ -19,8 +19,9 @@ from dataclasses import dataclass
 
 import sympy as sp
 
+from .. import symbols as S
 from ..diagnostics import PdslError
-from .ir import SymbolicSystem
+from .ir import Constraint, Equation, SymbolicSystem
 
 __all__ = [
     "tidy", "is_rational", "close", "eliminate_aliases", "sort_causal", "substitute", "closure", "solve_linear",
@@ -227,6 +228,77 @@ def symbols_in(exprs, wanted: set) -> set:
         elif not e.is_Atom:
             stack.extend(e.args)
     return found
+
+
+MAX_INDEX = 3  # a constraint between states is differentiated at most this many times (index ≤ 3 + 1)
+
+
+def reduce_index(system: SymbolicSystem) -> SymbolicSystem:
+    """Index reduction for every lowered system (LANGUAGE.md §7: ``0 = g(x)`` between states).
+
+    An algebraic row with no algebraic unknown is a constraint g(x, t) = 0 between states. It is differentiated —
+    ġ = Σ ∂g/∂x·ẋ + ∂g/∂t, with the explicit rows ``der(x) = f`` substituted — until it reaches a rate that the
+    explicit rows do not fix or an unknown; that last derivative becomes a row of the linear-implicit system, and
+    g and its lower derivatives become invariants (monitored, and ``simulate`` projects start values onto them).
+    An algebraic variable that then appears only in differential rows, linearly, is a multiplier of that system
+    (the pendulum's λ). A constraint that needs the derivative of an input is a located ``DependentStorage``.
+    Systems without such rows are returned unchanged."""
+    alg = {a.symbol for a in system.algebraics}
+    state_only = [e for e in system.algebraic if not symbols_in((e.lhs, e.rhs), alg)]
+    if not state_only:
+        return system
+    from ..diagnostics import Collector
+
+    rates = {s.rate for s in system.states}
+    rate_of = {s.symbol: s.rate for s in system.states}
+    unknown = rates | set(system.multipliers) | alg
+    explicit = {e.lhs: e.rhs for e in system.differential
+                if e.lhs in rates and not symbols_in((e.rhs,), unknown)}
+    exogenous = {u.symbol for u in system.exogenous_inputs}
+    diags = Collector()
+    rows, invariants = [], []
+    for e in state_only:
+        g = zero_or_residual(e.lhs - e.rhs)
+        for times in range(1, MAX_INDEX + 1):
+            if g == 0:
+                break
+            if g.free_symbols & exogenous:
+                names = ", ".join(sorted(f"`{u}`" for u in g.free_symbols & exogenous))
+                diags.error("DependentStorage", f"the constraint {g} = 0 ties states to {names}: keeping it would need the "
+                            "input's time derivative", e.origin, "write the constraint on states and parameters only")
+                break
+            invariants.append(Constraint(residual=g, origin=e.origin, label=f"index reduction: {g} = 0 (invariant)"))
+            dg = sum((sp.diff(g, x) * rate_of[x] for x in g.free_symbols if x in rate_of), sp.Integer(0))
+            if S.TIME in g.free_symbols:
+                dg += sp.diff(g, S.TIME)
+            closed = zero_or_residual(dg.xreplace(explicit))
+            if symbols_in((closed,), unknown):
+                rows.append(Equation(lhs=dg, rhs=sp.Integer(0), origin=e.origin,
+                                     label=f"index reduction: d/dt({g}) = 0 (differentiated {times}×)"))
+                break
+            g = closed
+        else:
+            diags.error("UnbalancedSystem", f"the constraint {e.lhs - e.rhs} = 0 between states still holds after "
+                        f"{MAX_INDEX} differentiations", e.origin, "the DAE's index is too high to reduce here")
+    diags.raise_if_any()
+    algebraic = tuple(e for e in system.algebraic if e not in state_only)
+    still = set().union(*(symbols_in((e.lhs, e.rhs), alg) for e in algebraic)) if algebraic else set()
+    differential = system.differential + tuple(rows)
+    multipliers, kept = [], []
+    for a in system.algebraics:
+        inside = [e for e in differential if symbols_in((e.lhs, e.rhs), {a.symbol})]
+        linear = bool(inside) and all(sp.diff(e.lhs - e.rhs, a.symbol, 2) == 0 for e in inside)
+        (multipliers if a.symbol not in still and linear else kept).append(a)
+    return replace_system(system, differential=differential, algebraic=algebraic, algebraics=tuple(kept),
+                          multipliers=system.multipliers + tuple(a.symbol for a in multipliers),
+                          invariants=system.invariants + tuple(invariants),
+                          constraints=system.constraints + tuple(i for i in invariants))
+
+
+def replace_system(system: SymbolicSystem, **changes) -> SymbolicSystem:
+    from dataclasses import replace
+
+    return replace(system, **changes)
 
 
 def interface_balance(system: SymbolicSystem) -> list:
