@@ -129,6 +129,8 @@ def to_casadi(system: SymbolicSystem, *, seed: int = 0, kind: str | None = None)
         A, b = cm(A_sym), cm(b_sym)
         w = ca.solve(A, b) if kind == "SX" else ca.solve(A, b, "qr")
         xdot = w[:nx]
+        # outputs may read the multipliers (an interface's force, `simulate --power`): they are w's tail
+        conv.symbols.update({m: w[nx + k] for k, m in enumerate(system.multipliers)})
     g = ca.vertcat(*[cm(e.lhs - e.rhs) for e in system.algebraic]) if system.algebraic else T(0, 1)
     dae_modes = switches = None
     if modes:

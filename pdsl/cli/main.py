@@ -271,14 +271,8 @@ def _with_power_outputs(model, system):
     if not system.ports:
         raise PdslError.at("BadOption", f"--power: {system.name} has no element ports whose power could be recorded "
                            "(it applies to port-Hamiltonian networks)", model.span)
-    multipliers = set(system.multipliers)
-    recorded = [p for p in system.ports if not (p.power.free_symbols & multipliers)]
-    skipped = [p.name for p in system.ports if p not in recorded]
-    if skipped:  # an interface multiplier is solved inside the integrator step, not a function of the state
-        print(f"note: --power does not record power({'), power('.join(skipped)}): it involves an interface multiplier; "
-              "the interface powers cancel identically (pdsl show --power)", file=sys.stderr)
     extra = [Output(name="H", expr=system.energy, span=system.span)]
-    extra += [Output(name=f"power({p.name})", expr=p.power, span=p.span) for p in recorded]
+    extra += [Output(name=f"power({p.name})", expr=p.power, span=p.span) for p in system.ports]
     return replace(system, outputs=system.outputs + tuple(extra))
 
 

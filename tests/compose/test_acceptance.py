@@ -334,3 +334,19 @@ def test_signals_through_a_state_are_not_a_loop(tmp_path):
                     "  var x = 0.0\n  der(x) = -x + g.y\n  connect g.y, f.u\n  connect f.y, g.u\nend\n")
     c = compile_model(path, CompileOptions(numeric=False))
     assert sorted(s.name for s in c.system.states) == ["f.x", "x"]
+
+
+def test_simulate_power_records_both_sides_of_an_interface_and_they_cancel(tmp_path):
+    from pdsl.cli.main import main
+    from pdsl.data.csvio import read_table
+
+    out = tmp_path / "a3.csv"
+    argv = ["simulate", str(COMP / "a3_motor_pendulum.phm"), "--input", "V=2", "--t-end", "1", "--dt", "0.05", "--power",
+            "-o", str(out)]
+    for k, v in A3_INIT.items():
+        argv += ["--init", f"{k}={v}"]
+    assert main(argv) == 0
+    t = read_table(out)
+    net, mech = (t.data[:, t.columns.index(f"power({n})")] for n in ("motor.shaft", "axle"))
+    assert np.max(np.abs(net)) > 1e-3  # power does flow through the shaft
+    np.testing.assert_allclose(net + mech, 0.0, atol=1e-12)
