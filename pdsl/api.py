@@ -419,13 +419,13 @@ class SimulationRun:
         """The mechanism of a body model at every few samples (a GIF when ``path`` is given)."""
         from .sim.plot import animate_bodies
 
-        return animate_bodies(self.result, self.model.model, path, **kw)
+        return animate_bodies(self.result, self.model.system, path, **kw)
 
     def snapshots(self, n: int = 4):
         """A picture of the mechanism at ``n`` instants (bodies models), as a Figure."""
         from .sim.plot import mechanism_figure
 
-        return mechanism_figure(self.result, self.model.model, n=n)
+        return mechanism_figure(self.result, self.model.system, n=n)
 
     def __repr__(self) -> str:
         return f"<SimulationRun {self.model.name}: {len(self.t)} samples, columns {', '.join(self.columns)}>"

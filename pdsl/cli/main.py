@@ -249,7 +249,7 @@ def cmd_show(args) -> int:
         from ..backend.functions import to_casadi
         from ..sim.structure import plot_structure
 
-        _write(lambda: plot_structure(m, to_casadi(system), args.plot_structure), args.plot_structure)
+        _write(lambda: plot_structure(to_casadi(system), args.plot_structure), args.plot_structure)
         print(f"structure plot -> {args.plot_structure}")
     return EXIT_OK
 
@@ -388,7 +388,7 @@ def cmd_simulate(args) -> int:
     if getattr(args, "animate", None):
         from ..sim.plot import animate_bodies
 
-        _write(lambda: animate_bodies(res, m, args.animate), args.animate)
+        _write(lambda: animate_bodies(res, system, args.animate), args.animate)
         print(f"  animation -> {args.animate}")
     return EXIT_OK
 

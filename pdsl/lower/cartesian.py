@@ -59,7 +59,7 @@ from .. import symbols as S
 from ..diagnostics import Collector, PdslError, Span
 from ..resolve.model import Body, Connector, Model, Param, PointRef
 from .common import FORMULATIONS, check_finite, check_no_unsupported, make_state, partial_derivatives, resolve_input_laws
-from .ir import BodySummary, Constraint, Equation, State, SymbolicSystem
+from .ir import BodySummary, Segment, Constraint, Equation, State, SymbolicSystem
 from .registry import Formalism, LowerOptions, register
 
 __all__ = ["lower_cartesian", "node_mass_matrix", "node_mass_inverse", "CartesianSystem", "STABILIZATIONS",
@@ -929,6 +929,8 @@ def lower_cartesian(model: Model, formulation: str = "hamiltonian", *, stabilize
         stabilization=stabilize,
         stabilization_params=BAUMGARTE_PARAMS if stabilize == "baumgarte" else (),
         bodies=tuple(_body_summary(b) for b in model.bodies),
+        segments=tuple(Segment(kind=c.kind, a=c.a.position, b=c.b.position, fixed=c.a.body is None or c.b.body is None)
+                       for c in model.connectors),
         space=model.space,
     )
 
@@ -943,6 +945,7 @@ def _body_summary(b: Body) -> BodySummary:
         node_mass_matrix=node_mass_matrix(b.mass, b.moments) if b.kind == "rigid" else None,
         coordinates=len(b.nodes) * len(b.nodes[0]),
         span=b.span,
+        positions=tuple(tuple(node) for node in b.nodes),
     )
 
 

@@ -103,6 +103,17 @@ class BodySummary:
     node_mass_matrix: sp.Matrix | None  # Eq. 9, rigid bodies
     coordinates: int  # Cartesian coordinates of its nodes
     span: Span
+    positions: tuple[tuple[sp.Symbol, ...], ...] = ()  # per node, its coordinate symbols (pictures of the mechanism)
+
+
+@dataclass(**_FROZEN)
+class Segment:
+    """A connector as a picture draws it: from point ``a`` to point ``b`` (expressions of the states)."""
+
+    kind: str  # link | joint | hinge | spring | damper (a label for the picture)
+    a: sp.ImmutableMatrix
+    b: sp.ImmutableMatrix
+    fixed: bool  # one end on the ground
 
 
 def closed_input_laws(inputs) -> dict[sp.Symbol, sp.Expr]:
@@ -152,6 +163,7 @@ class SymbolicSystem:
     display: str = "simplify"
     constraints_title: str = "Holonomic constraints (monitored)"
     bodies: tuple[BodySummary, ...] = ()
+    segments: tuple[Segment, ...] = ()  # the connectors of the multibody part, for pictures
     space: int = 0  # spatial dimension of the multibody part (0: none)
     # parameters a stabilisation adds (Baumgarte gains), set by the simulator, not the model
     stabilization: str = "none"

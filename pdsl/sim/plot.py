@@ -123,7 +123,8 @@ def plot_states(result, path, *, title: str = "") -> None:
 
 # ---------------------------------------------------------------- mechanisms
 def _geometry(result, model):
-    """Functions of a sample index giving body centres and connector segments (2-D/3-D projected to x, y)."""
+    """Functions of a sample index giving body centres and connector segments (2-D/3-D projected to x, y), read
+    from the IR (``SymbolicSystem.bodies``, ``.segments``)."""
     import sympy as sp
 
     cols = list(result.shown_names or result.x_names)
@@ -141,12 +142,12 @@ def _geometry(result, model):
 
     bodies = []
     for b in model.bodies:
-        f = evaluator(sp.Matrix(b.nodes[0]))
+        f = evaluator(sp.Matrix(b.positions[0])) if b.positions else None
         if f is not None:
             bodies.append((b.name, f))
     segments = []
-    for c in model.connectors:
-        fa, fb = evaluator(c.a.position), evaluator(c.b.position)
+    for c in model.segments:
+        fa, fb = evaluator(c.a), evaluator(c.b)
         if fa is not None and fb is not None:
             segments.append((c.kind, fa, fb))
     return bodies, segments
@@ -162,13 +163,14 @@ def _draw(ax, bodies, segments, i, alpha=1.0):
         ax.plot([p[0]], [p[1]], "o", ms=9, color="C0", alpha=alpha)
 
 
-def _model_of(system):
-    model = getattr(system, "model", None)
-    return model if model is not None and getattr(model, "bodies", None) else system
+def _model_of(obj):
+    """The symbolic system (IR) to draw: given directly, or the ``system`` of a compiled model or API model."""
+    return getattr(obj, "system", obj)
 
 
 def mechanism_figure(result, model, n: int = 4):
-    """The mechanism of a body model (``pdsl.load(...).model``) drawn at ``n`` evenly spaced instants."""
+    """The mechanism of a body model (its ``SymbolicSystem``, or ``pdsl.load(...)``) drawn at ``n`` evenly spaced
+    instants."""
     from ..diagnostics import PdslError
 
     model = _model_of(model)
