@@ -292,9 +292,9 @@ def _connector_rows(c: Connector, bodies: dict[str, Body], space: int) -> list[_
     """A2.6 links ‖A − B‖² − l², A2.4 joints A − B = 0 (d rows; positions already X c~), A2.5 hinges."""
     diff = [sp.expand(a - b) for a, b in zip(c.a.position, c.b.position)]
     if c.kind == "link":
-        if "length" not in c.options:
+        if c.length is None:
             raise PdslError.at("MissingArgument", "`link` needs `length = ...`", c.span, "link A, B, length = l")
-        length = c.options["length"]
+        length = c.length
         return [_Row(residual=_sq_distance(diff) - length**2, origin=c.span, label=_pair_label(c))]
     if c.kind in ("joint", "hinge"):
         axes = "xyz"
@@ -307,7 +307,7 @@ def _connector_rows(c: Connector, bodies: dict[str, Body], space: int) -> list[_
 
 def _hinge_axis(c: Connector) -> sp.Matrix:
     """The constant hinge axis u (local coordinates of each body it attaches, world coordinates for ground)."""
-    u = sp.Matrix(c.options["axis"])
+    u = sp.Matrix(c.axis)
     if any(S.as_expr(e).free_symbols for e in u):
         raise PdslError.at("NotConstant", "the hinge axis must be a constant vector (it fixes which constraint rows "
                            "are independent)", c.span, "write the axis with numbers, e.g. axis = [0, 0, 1]")
@@ -407,8 +407,8 @@ def _potential_terms(model: Model, layout: _Layout) -> list[sp.Expr]:
     for c in model.connectors:
         if c.kind == "spring":
             diff = [sp.expand(a - b) for a, b in zip(c.a.position, c.b.position)]
-            rest = c.options.get("rest", sp.Integer(0))
-            terms.append(c.options["k"] * (sp.sqrt(_sq_distance(diff)) - rest) ** 2 / 2)
+            rest = c.rest if c.rest is not None else sp.Integer(0)
+            terms.append(c.k * (sp.sqrt(_sq_distance(diff)) - rest) ** 2 / 2)
     for p in model.potentials:
         check_finite(p.expr, p.span, "a potential")
         terms.append(p.expr)
@@ -449,7 +449,7 @@ def _generalized_force(model: Model, layout: _Layout, velocity, position) -> Spa
                 rel = {j: g for j, g in rel.items() if g != 0}
                 rv = _dot(rel, velocity)
                 for j, g in rel.items():
-                    F.setdefault(j, []).append(-c.options["c"] * g * rv)
+                    F.setdefault(j, []).append(-c.c * g * rv)
     return {j: sp.Add(*ts) for j, ts in F.items()}
 
 

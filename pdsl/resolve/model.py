@@ -127,11 +127,19 @@ class PointRef:
 
 @dataclass(**_FROZEN)
 class Connector:
+    """``link A, B, length = l`` / ``joint`` / ``hinge …, axis = u`` / ``spring …, k, rest`` / ``damper …, c``: the
+    options a connector kind takes are typed fields (None where not given)."""
+
     kind: str  # link | joint | hinge | spring | damper
     a: PointRef
     b: PointRef
-    options: Mapping[str, object]
     span: Span
+    length: sp.Expr | None = None  # link (None: the distance at the start)
+    axis: sp.ImmutableMatrix | None = None  # hinge
+    k: sp.Expr | None = None  # spring
+    rest: sp.Expr | None = None  # spring (None: 0)
+    c: sp.Expr | None = None  # damper
+    name: str | None = None  # a named joint or hinge
 
 
 @dataclass(**_FROZEN)

@@ -855,7 +855,7 @@ class _Resolver:
         for name, required in spec.items():
             if required and name not in options:
                 raise PdslError.at("MissingArgument", f"`{stmt.kind}` needs `{name} = ...`", stmt.span)
-        out["connectors"].append(M.Connector(kind=stmt.kind, a=a, b=b, options=options, span=stmt.span))
+        out["connectors"].append(M.Connector(kind=stmt.kind, a=a, b=b, span=stmt.span, name=stmt.name, **options))
 
     def _body_dim(self, name: str) -> int:
         for d in self.names.values():
