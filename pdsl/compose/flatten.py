@@ -716,14 +716,25 @@ class _Flattener:
             self.out.append(A.InterfaceStmt(span=span, port=p.full, kinematic=k.full, domain=p.domain or "",
                                             across=across, across_is="effort" if p.across_is_effort else "flow"))
             return
-        effort = {p.across_is_effort for p in power}
-        if len(effort) > 1:
-            raise PdslError.at("NotYetSupported", "connecting mechanical ports of models with different `analogy` is not "
-                               "lowered yet", span, "use the same analogy in both models")
-        kind = "common_effort" if effort.pop() else "common_flow"
-        first = power[0].full
-        self.out.append(A.JunctionStmt(span=span, name=first, kind=kind, kind_span=span, members=(),
-                                       name_span=span, aliases=tuple(p.full for p in power[1:]), node=True))
+        # the node is a 0-junction where the across value is the effort, a 1-junction where it is the flow — as the
+        # first port's model reads it; a port of a model with the other analogy (`analogy force = flow` against the
+        # default) meets the node through a unit gyrator, which swaps its effort and flow (power is kept)
+        ref = power[0].across_is_effort
+        kind = "common_effort" if ref else "common_flow"
+        same = [p for p in power if p.across_is_effort == ref]
+        members = []
+        for p in power:
+            if p.across_is_effort == ref:
+                continue
+            g = f"{p.full}.swap"
+            self.out.append(A.TwoPortStmt(span=span, kind="gyrator", name=g, port_a="a", port_b="b", attrs=(),
+                                          lhs=A.Name(span=span, id="e_a"), rhs=A.Name(span=span, id="f_b"), name_span=span))
+            self.out.append(A.JunctionStmt(span=span, name=p.full, kind="common_effort", kind_span=span, name_span=span,
+                                           members=(A.Neg(span=span, operand=A.Attr(span=span, base=A.Name(span=span, id=g),
+                                                                                      name="b")),)))
+            members.append(A.Attr(span=span, base=A.Name(span=span, id=g), name="a"))
+        self.out.append(A.JunctionStmt(span=span, name=same[0].full, kind=kind, kind_span=span, members=tuple(members),
+                                       name_span=span, aliases=tuple(p.full for p in same[1:]), node=True))
 
     def _open_power_port(self, port: _Port) -> None:
         """A power port of the top model left open: a source with an input, so the model can run on its own.

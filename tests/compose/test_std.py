@@ -60,3 +60,16 @@ def test_std_assemblies_equal_the_hand_written_models(model, flat, mapping):
 def test_motor_driving_a_load_through_std_parts_conserves_power():
     system = compile_model(REPO / "models/composition/std_circuits.phm", CompileOptions(model="MotorLoad", numeric=False)).system
     assert power_balance(system).residual == 0
+
+
+def test_ports_of_models_with_different_analogies_connect():
+    """A mobility-analogy flywheel (torque = flow) on the bond-graph DC motor equals the std Inertia (torque = effort)."""
+    path = REPO / "models/composition/analogies.phm"
+    a = compile_model(path, CompileOptions(model="Mixed"))
+    b = compile_model(path, CompileOptions(model="Same"))
+    assert a.numeric.x_names == b.numeric.x_names
+    rng = np.random.default_rng(7)
+    for _ in range(5):
+        x, u = rng.normal(size=a.numeric.nx), rng.normal(size=1)
+        np.testing.assert_allclose(_rhs(a, x, u), _rhs(b, x, u), rtol=0, atol=1e-12)
+    assert power_balance(a.system).residual == 0
