@@ -708,14 +708,27 @@ class _Flattener:
         kin = [p for _, p in ports if p.kind == "kinematic"]
         power = [p for _, p in ports if p.kind == "power"]
         if kin:
-            if len(kin) != 1 or len(power) != 1:
-                raise PdslError.at("NotYetSupported", "a kinematic port connects to exactly one power port in this release",
-                                   span, "connect the mechanism's port to one p-H port, or add a junction in a component")
-            k, p = kin[0], power[0]
+            if len(kin) != 1 or not power:
+                raise PdslError.at("NotYetSupported", "a kinematic port connects to power ports of p-H parts; two kinematic "
+                                   "ports in one node are not lowered yet", span,
+                                   "tie two velocities with a `constraint`, or put a p-H element between them")
+            k = kin[0]
             across = next(s for s in self.out if isinstance(s, A.KinematicPortStmt) and s.name == k.full).across
-            self.out.append(A.InterfaceStmt(span=span, port=p.full, kinematic=k.full, domain=p.domain or "",
-                                            across=across, across_is="effort" if p.across_is_effort else "flow"))
+            if len(power) == 1:
+                p = power[0]
+                self.out.append(A.InterfaceStmt(span=span, port=p.full, kinematic=k.full, domain=p.domain or "",
+                                                across=across, across_is="effort" if p.across_is_effort else "flow"))
+                return
+            # several power ports with the mechanism: their node, with the interface as one more member
+            iface = f"{k.full}.node"
+            self._power_node(power, span, (A.Neg(span=span, operand=A.Name(span=span, id=iface)),))
+            self.out.append(A.InterfaceStmt(span=span, port=iface, kinematic=k.full, domain=power[0].domain or "",
+                                            across=across, across_is="effort" if power[0].across_is_effort else "flow"))
             return
+        self._power_node(power, span, ())
+
+    def _power_node(self, power: list, span: Span, extra: tuple) -> None:
+        """A node of power ports: across values equal, through values sum to zero (see below); ``extra`` members."""
         # the node is a 0-junction where the across value is the effort, a 1-junction where it is the flow — as the
         # first port's model reads it; a port of a model with the other analogy (`analogy force = flow` against the
         # default) meets the node through a unit gyrator, which swaps its effort and flow (power is kept)
@@ -733,8 +746,9 @@ class _Flattener:
                                            members=(A.Neg(span=span, operand=A.Attr(span=span, base=A.Name(span=span, id=g),
                                                                                       name="b")),)))
             members.append(A.Attr(span=span, base=A.Name(span=span, id=g), name="a"))
-        self.out.append(A.JunctionStmt(span=span, name=same[0].full, kind=kind, kind_span=span, members=tuple(members),
-                                       name_span=span, aliases=tuple(p.full for p in same[1:]), node=True))
+        self.out.append(A.JunctionStmt(span=span, name=same[0].full, kind=kind, kind_span=span,
+                                       members=tuple(members) + extra, name_span=span,
+                                       aliases=tuple(p.full for p in same[1:]), node=True))
 
     def _open_power_port(self, port: _Port) -> None:
         """A power port of the top model left open: a source with an input, so the model can run on its own.

@@ -350,3 +350,24 @@ def test_simulate_power_records_both_sides_of_an_interface_and_they_cancel(tmp_p
     net, mech = (t.data[:, t.columns.index(f"power({n})")] for n in ("motor.shaft", "axle"))
     assert np.max(np.abs(net)) > 1e-3  # power does flow through the shaft
     np.testing.assert_allclose(net + mech, 0.0, atol=1e-12)
+
+
+def test_a_kinematic_port_with_several_power_ports(tmp_path):
+    """A3 with a std rotational damper on the same axle: the node holds the motor's shaft, the damper and the
+    mechanism's interface; the motion equals the reduced ODE with b + c_drag."""
+    path = tmp_path / "drag.phm"
+    text = (COMP / "a3_motor_pendulum.phm").read_text().replace('import "lib/motor.phm"', 'import "std:motor"\nimport "std:rotational" as rot')
+    text = text.replace("  connect motor.shaft, axle\n", "  use drag = rot.Damper(c = 0.02)\n  use wall = rot.Fixed()\n"
+                        "  connect motor.shaft, axle, drag.a\n  connect drag.b, wall.flange\n")
+    path.write_text(text)
+    c, r = _run(path, init=A3_INIT, inputs={"V": "2"})
+    L, R, K, J, b, m, l, g, cd = 0.5, 1.0, 0.1, 0.01, 0.05, 0.5, 0.3, 9.81, 0.02
+    IO = m * 0.012 + m * l**2
+
+    def f(t, y):
+        return [y[1], (K * y[2] - (b + cd) * y[1] - m * g * l * np.sin(y[0])) / (IO + J), (2 - R * y[2] - K * y[1]) / L]
+
+    ref = solve_ivp(f, (0, 5), [0, 0, 0], t_eval=[0, 1, 5], rtol=1e-12, atol=1e-13, method="DOP853").y.T
+    got = np.column_stack([_col(r, "theta"), _col(r, "motor.Lm") / J, _col(r, "motor.phi") / L])
+    np.testing.assert_allclose(got, ref, atol=1e-7)
+    assert [str(x) for x in c.system.multipliers if "axle" in str(x)] == ["axle.node.through"]
