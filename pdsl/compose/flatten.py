@@ -707,11 +707,14 @@ class _Flattener:
                                f"{b.decl.path}:{b.decl.line}{b.decl.chain}")
         kin = [p for _, p in ports if p.kind == "kinematic"]
         power = [p for _, p in ports if p.kind == "power"]
+        if kin and not power:  # velocities of the mechanics tied together: one tie per further port
+            for other in kin[1:]:
+                self.out.append(A.KinematicTieStmt(span=span, a=kin[0].full, b=other.full))
+            return
         if kin:
-            if len(kin) != 1 or not power:
-                raise PdslError.at("NotYetSupported", "a kinematic port connects to power ports of p-H parts; two kinematic "
-                                   "ports in one node are not lowered yet", span,
-                                   "tie two velocities with a `constraint`, or put a p-H element between them")
+            if len(kin) != 1:
+                raise PdslError.at("NotYetSupported", "a node with several kinematic ports and power ports is not lowered "
+                                   "yet", span, "tie the velocities in one `connect` and the power ports to one of them")
             k = kin[0]
             across = next(s for s in self.out if isinstance(s, A.KinematicPortStmt) and s.name == k.full).across
             if len(power) == 1:

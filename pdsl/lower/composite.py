@@ -42,7 +42,7 @@ __all__ = ["parts_of", "lower_composite", "COMPOSITE"]
 
 _EMPTY = dict(
     equations=(), constraints=(), lagrangian=None, hamiltonian=None, bodies=(), connectors=(), gravity=(),
-    potentials=(), forces=(), generalized_forces=(), elements=(), interfaces=(), variables=(), outputs=(),
+    potentials=(), forces=(), generalized_forces=(), elements=(), interfaces=(), ties=(), variables=(), outputs=(),
 )
 _RETRY = {"DependentStorage", "UnbalancedSystem", "ConflictingSources"}
 
@@ -75,7 +75,7 @@ def parts_of(model: Model) -> dict[str, Model]:
 def _claims(model: Model) -> bool:
     if any(isinstance(e, Structure) for e in model.elements):
         return False  # the input-state-output form is one formalism (var + hamiltonian + structure)
-    return bool(model.interfaces) or len(parts_of(model)) > 1
+    return bool(model.interfaces or model.ties) or len(parts_of(model)) > 1
 
 
 def _lower_part(model: Model, options: LowerOptions) -> SymbolicSystem:
@@ -178,6 +178,10 @@ def lower_composite(model: Model, options: LowerOptions) -> SymbolicSystem:
                 lambdas.append(_through(itf))
             extra_forces += _port_forces(itf.across, -through_ph, itf.span)
             interface_ports.append((itf, across_ph, through_ph))
+    for tie in model.ties:  # y_a = y_b with through values λ (into a's part) and −λ (into b's)
+        lam = S.sym(f"{tie.a}.through")
+        lambdas.append(lam)
+        extra_forces += _port_forces(tie.across_a, lam, tie.span) + _port_forces(tie.across_b, -lam, tie.span)
     mech_parts = [k for k in ("bodies", "coordinates") if k in parts]
     if extra_forces:
         nodes = _node_coordinates(model)
@@ -229,6 +233,12 @@ def lower_composite(model: Model, options: LowerOptions) -> SymbolicSystem:
         # the port seen from each side: the network takes y·T, the mechanics −y·T
         ports_out.append(Port(name=itf.port, role="interface", sign=1, effort=through_ph, flow=y, span=itf.span))
         ports_out.append(Port(name=itf.kinematic, role="interface", sign=1, effort=-through_ph, flow=y, span=itf.span))
+    for tie in model.ties:
+        g = to_state(tie.across_a) - to_state(tie.across_b)
+        dg = sum((sp.diff(g, x) * rate_of[x] for x in g.free_symbols if x in rate_of), sp.Integer(0))
+        interface_rows.append(Equation(lhs=dg, rhs=sp.Integer(0), origin=tie.span,
+                                       label=f"tie d/dt({tie.a} = {tie.b}) = 0 (multiplier {tie.a}.through)"))
+        ties.append(Constraint(residual=g, origin=tie.span, label=f"tie {tie.a} = {tie.b}"))
     energies = [systems[k].energy for k in order if systems[k].energy is not None]
     report = ()
     if any(systems[k].report for k in order):

@@ -402,6 +402,15 @@ class InterfaceStmt(Stmt):
     across_is: str  # effort | flow
 
 
+@dataclass(**_FROZEN)
+class KinematicTieStmt(Stmt):
+    """Made by :mod:`pdsl.compose` from ``connect`` of two kinematic ports: their velocities are equal and their
+    through values sum to zero (a rigid tie between two velocities of the mechanics)."""
+
+    a: str
+    b: str
+
+
 # ---------------------------------------------------------------- file level
 @dataclass(**_FROZEN)
 class ModelDef:

@@ -278,6 +278,17 @@ class Interface:
 
 
 @dataclass(**_FROZEN)
+class KinematicTie:
+    """Two kinematic ports connected: y_a = y_b, through values λ and −λ (a multiplier of the assembled system)."""
+
+    a: str
+    b: str
+    across_a: sp.Expr
+    across_b: sp.Expr
+    span: Span
+
+
+@dataclass(**_FROZEN)
 class Model:
     name: str
     doc: str | None
@@ -302,6 +313,7 @@ class Model:
     generalized_forces: tuple[GeneralizedForce, ...] = ()
     elements: tuple[Element, ...] = ()
     interfaces: tuple[Interface, ...] = ()
+    ties: tuple[KinematicTie, ...] = ()
     unsupported: tuple[tuple[str, Span], ...] = field(default=())
     # (name, unit text) of the quantities with a unit (declared `{unit = "..."}`, or derived): pdsl.resolve.units
     units: tuple[tuple[str, str], ...] = ()

@@ -135,7 +135,7 @@ class _Resolver:
         out: dict[str, list] = {k: [] for k in (
             "params", "inputs", "outputs", "variables", "neural", "equations", "constraints",
             "bodies", "connectors", "gravity", "potentials", "forces", "generalized_forces", "elements", "unsupported",
-            "interfaces",
+            "interfaces", "ties",
         )}
         single: dict[str, M.Located | None] = {"lagrangian": None, "hamiltonian": None}
         # pass 1: declarations (names usable anywhere in the model)
@@ -775,6 +775,7 @@ class _Resolver:
             A.JunctionStmt: self._ph_element,
             A.StructureStmt: self._ph_element,
             A.InterfaceStmt: self._interface,
+            A.KinematicTieStmt: self._tie,
         }.get(type(stmt))
         if handler is None:
             self._unsupported(stmt, out)
@@ -963,6 +964,12 @@ class _Resolver:
                                              across_is=stmt.across_is, placeholder=placeholder, span=stmt.span))
         kind = "flow" if stmt.across_is == "flow" else "effort"
         out["elements"].append(M.Source(name=stmt.port, imposes=kind, value=placeholder, interface=True, span=stmt.span))
+
+    def _tie(self, stmt: A.KinematicTieStmt, bind, out) -> None:
+        a, b = self.names.get(stmt.a), self.names.get(stmt.b)
+        if a is None or b is None or not isinstance(a.value, PortRef) or not isinstance(b.value, PortRef):
+            return  # a port's declaration failed (already reported)
+        out["ties"].append(M.KinematicTie(a=stmt.a, b=stmt.b, across_a=a.value.across, across_b=b.value.across, span=stmt.span))
 
     def _coordinates(self) -> set:
         coords = {d.value for d in self.names.values() if d.kind == "coord" and isinstance(d.value, sp.Symbol)}

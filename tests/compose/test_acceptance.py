@@ -371,3 +371,15 @@ def test_a_kinematic_port_with_several_power_ports(tmp_path):
     got = np.column_stack([_col(r, "theta"), _col(r, "motor.Lm") / J, _col(r, "motor.phi") / L])
     np.testing.assert_allclose(got, ref, atol=1e-7)
     assert [str(x) for x in c.system.multipliers if "axle" in str(x)] == ["axle.node.through"]
+
+
+def test_two_kinematic_ports_tie_two_velocities():
+    """`connect a1, a2` of two kinematic ports (a reversed 2:1 gear between two rotors): one multiplier; under a unit
+    torque the first rotor turns as a single rotor of inertia I1 + I2/4, the second at −1/2 its rate."""
+    c, r = _run(COMP / "gear.phm", t=(0.5, 1.0))
+    t = r.t
+    th1, th2 = _col(r, "th1"), _col(r, "th2")
+    np.testing.assert_allclose(th1, 0.5 * t**2 / (1.0 + 0.5 / 4), atol=1e-9)
+    np.testing.assert_allclose(th2 - th2[0], -0.5 * (th1 - th1[0]), atol=1e-9)
+    assert "a1.through" in [str(m) for m in c.system.multipliers]
+    assert any(inv.label.startswith("tie a1 = a2") for inv in c.system.invariants)
