@@ -214,3 +214,15 @@ class SymbolicSystem:
     def input_laws(self) -> dict[sp.Symbol, sp.Expr]:
         """In-model feedback laws, resolved so that no law refers to another input."""
         return closed_input_laws(self.inputs)
+
+    # ------------------------------------------------------------ notebooks
+    def _repr_markdown_(self) -> str:
+        """Jupyter shows a system as its derived equations (``pdsl show --format markdown``)."""
+        from ..show import render_system
+
+        return render_system(self, "markdown")
+
+    def _repr_latex_(self) -> str:
+        from ..show import render_system
+
+        return render_system(self, "latex")

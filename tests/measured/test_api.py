@@ -134,3 +134,14 @@ def test_torch_module_matches_the_casadi_rhs(model):
         np.testing.assert_allclose(out[i].detach().numpy(), ref, rtol=1e-12, atol=1e-12)
     out.sum().backward()
     assert rhs.p.grad is not None and torch.all(torch.isfinite(rhs.p.grad))
+
+
+def test_symbolic_systems_render_in_notebooks():
+    from pdsl.pipeline import CompileOptions, compile_model
+
+    from pathlib import Path
+
+    system = compile_model(Path(__file__).resolve().parents[2] / "models/rlc.phm", CompileOptions(numeric=False)).system
+    md, tex = system._repr_markdown_(), system._repr_latex_()
+    assert md.startswith("# model RLC") and "der(q)" in md.replace("\\", "")
+    assert "\\begin{equation}" in tex
