@@ -211,3 +211,18 @@ def test_fmu_user_errors(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "NotYetSupported" in err and "dae.phm:1" in err
     assert not (tmp_path / "d.fmu").exists() and not list(tmp_path.glob(".d.fmu*"))
+
+
+def test_fmu_of_a_mixed_model(tmp_path):
+    """LANGUAGE.md §10 A5: a rigid rotor (Cartesian, constraint multipliers) under a PID block (plain equations)."""
+    model, extra = "composition/a5_controlled_rotor.phm", ("--model", "ControlledRotor")
+    fmu = _fmu(tmp_path, model, *extra)
+    assert validate_fmu(str(fmu)) == []
+    ref = _reference(tmp_path, model, 3.0, *extra)
+    me = simulate_fmu(str(fmu), fmi_type="ModelExchange", stop_time=3.0, output_interval=0.01, relative_tolerance=1e-10)
+    assert _worst(me, ref) <= 1e-6
+    cs = simulate_fmu(str(fmu), fmi_type="CoSimulation", stop_time=3.0, output_interval=0.01,
+                      start_values={"pdsl:cs_max_step": 2.5e-4})
+    assert _worst(cs, ref) <= 1e-6
+    t = me["time"]
+    np.testing.assert_allclose(me["theta"], 1 + 2.5 * np.exp(-t) - 8 * np.exp(-2 * t) + 4.5 * np.exp(-3 * t), atol=1e-6)
