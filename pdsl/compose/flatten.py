@@ -44,6 +44,8 @@ STD = "std:"
 # domain -> whether its across value is the effort under the default analogy (force = effort)
 DOMAINS = {"electrical": True, "hydraulic": True, "translational": False, "rotational": False}
 _MECHANICAL = {"translational", "rotational"}
+# the SI unit of each domain's across value (velocity, angular velocity, voltage, pressure)
+_ACROSS_UNIT = {"electrical": "V", "hydraulic": "Pa", "translational": "m/s", "rotational": "rad/s"}
 _GLOBAL = {"t", "pi", "ground"}
 MAX_INSTANCES = 100_000
 
@@ -353,9 +355,34 @@ class _Flattener:
                                    ctx.sp(d.domain_span or d.span))
             effort = DOMAINS[d.domain] if d.domain not in _MECHANICAL else analogy_effort
         self.ports[full] = _Port(full=full, kind=kind, domain=d.domain, across_is_effort=effort, decl=ctx.sp(d.span), top=top)
+        unit = self._port_unit(d, ctx, kind)
         if kind == "kinematic":
             self.out.append(A.KinematicPortStmt(span=ctx.sp(d.span), name=full, domain=d.domain,
-                                                across=self._rn(d.across, ctx)))
+                                                across=self._rn(d.across, ctx), unit=unit))
+
+    def _port_unit(self, d: A.PortDecl, ctx: _Ctx, kind: str) -> A.Text | None:
+        """``port p: electrical {unit = "V"}``: the unit of the across value, checked against the domain (and for a
+        kinematic port, by the unit checker, against its velocity)."""
+        from ..resolve.units import UnitSyntax, format_dim, parse_unit
+
+        unit = None
+        for a in d.attrs:
+            if a.name != "unit" or not isinstance(a.value, A.Text):
+                raise PdslError.at("BadAttribute", f"a port takes `{{unit = \"...\"}}`, not `{a.name}`", ctx.sp(a.span))
+            unit = replace(a.value, span=ctx.sp(a.value.span))
+        if unit is None:
+            return None
+        if kind == "point":
+            raise PdslError.at("BadAttribute", "a point port has no unit (its position has the bodies' units)", unit.span)
+        try:
+            dim = parse_unit(unit.value)
+        except UnitSyntax as err:
+            raise PdslError.at("BadUnit", f"`{unit.value}`: {err}", unit.span) from None
+        want = parse_unit(_ACROSS_UNIT[d.domain])
+        if dim != want:
+            raise PdslError.at("UnitMismatch", f"the across value of a {d.domain} port has dimension {format_dim(want)} "
+                               f"({_ACROSS_UNIT[d.domain]}), but `{unit.value}` is {format_dim(dim)}", unit.span)
+        return unit
 
     def _use(self, u: A.UseStmt, ctx: _Ctx) -> None:
         model = self.program.lookup(ctx.path, u.model)

@@ -344,6 +344,7 @@ class PortDecl:
     domain: str | None
     domain_span: Span | None
     across: Expr | None
+    attrs: tuple[Attribute, ...] = ()  # ``{unit = "rad/s"}``: the unit of the across value
 
 
 @dataclass(**_FROZEN)
@@ -387,6 +388,7 @@ class KinematicPortStmt(Stmt):
     name: str
     domain: str
     across: Expr
+    unit: Text | None = None  # the declared unit of the velocity, checked by pdsl.resolve.units
 
 
 @dataclass(**_FROZEN)

@@ -358,9 +358,10 @@ class _ToAst(Transformer_NonRecursive):
         return A.PortStmt(span=self._sp(meta), ports=tuple(items))
 
     def port_decl(self, meta, items):
-        name, domain, across = items
+        name, domain, across, attrs = items
         return A.PortDecl(span=self._sp(meta), name=str(name), domain=str(domain) if domain is not None else None,
-                          domain_span=_span_of(self.path, domain) if domain is not None else None, across=across)
+                          domain_span=_span_of(self.path, domain) if domain is not None else None, across=across,
+                          attrs=tuple(attrs or ()))
 
     def model_ref(self, meta, items):
         return A.Name(span=self._sp(meta), id=".".join(str(t) for t in items))

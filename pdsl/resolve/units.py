@@ -410,7 +410,8 @@ def check_units(m: A.ModelDef, model):
     Raises :class:`PdslError` with every ``UnitMismatch``/``BadUnit`` found. A model without units is
     returned unchanged (no check, nothing attached)."""
     declared, diags = declared_units(m)
-    if not declared and not diags:
+    port_units = any(isinstance(s, A.KinematicPortStmt) and s.unit is not None for s in m.body)
+    if not declared and not diags and not port_units:
         return model
     dims = {n: d for n, (_, d) in declared.items()}
     ck = _Checker(dims)
@@ -447,7 +448,13 @@ def check_units(m: A.ModelDef, model):
 
 
 def _check_stmt(ck: _Checker, stmt, dims, kinds) -> None:
-    if isinstance(stmt, (A.EquationStmt, A.ConstraintStmt)):
+    if isinstance(stmt, A.KinematicPortStmt) and stmt.unit is not None:
+        got = ck.dim(stmt.across)
+        want = parse_unit(stmt.unit.value)
+        if isinstance(got, Dim) and got != want:
+            ck.mismatch(stmt.across.span, f"port `{stmt.name}` is declared in {stmt.unit.value} ({want}), but its "
+                        f"velocity has dimension {got}")
+    elif isinstance(stmt, (A.EquationStmt, A.ConstraintStmt)):
         ck.agree(stmt.lhs, stmt.rhs, "the two sides of this equation differ in dimension", stmt.span)
     elif isinstance(stmt, (A.LagrangianStmt, A.HamiltonianStmt, A.PotentialStmt)):
         ck.dim(stmt.expr)

@@ -243,3 +243,32 @@ def test_powers(rhs, ok):
         compile_model("<test>", text=text)
     else:
         assert _first(text).code == "UnitMismatch"
+
+
+_PORT_MODEL = """model Cone
+  param m = 0.02 {unit = "kg"}, k = 800.0 {unit = "N/m"}
+  coord x {unit = "m"}
+  lagrangian m/2*der(x)^2 - k/2*x^2
+  port drive: DOMAIN = der(x) {unit = "UNIT"}
+end
+"""
+
+
+@pytest.mark.parametrize("domain, unit, code, col", [
+    ("translational", "m/s", None, None),
+    ("rotational", "rad/s", "UnitMismatch", 28),  # the domain accepts rad/s, the velocity der(x) is m/s
+    ("translational", "V", "UnitMismatch", 46),  # a translational across value is a velocity
+    ("translational", "furlong", "BadUnit", 46),
+])
+def test_units_on_ports(domain, unit, code, col):
+    from pdsl.diagnostics import PdslError
+    from pdsl.pipeline import compile_model
+
+    text = _PORT_MODEL.replace("DOMAIN", domain).replace("UNIT", unit)
+    if code is None:
+        assert compile_model("port.phm", text=text).system.states
+        return
+    with pytest.raises(PdslError) as err:
+        compile_model("port.phm", text=text)
+    d = err.value.diagnostics[0]
+    assert (d.code, d.span.line, d.span.col) == (code, 5, col)
