@@ -272,3 +272,27 @@ def test_units_on_ports(domain, unit, code, col):
         compile_model("port.phm", text=text)
     d = err.value.diagnostics[0]
     assert (d.code, d.span.line, d.span.col) == (code, 5, col)
+
+
+def test_csv_columns_in_other_units_are_refused(tmp_path):
+    """`theta [deg]` for a model in rad: pdsl never converts values, so fit refuses the column at its header."""
+    from pdsl.cli.main import main
+
+    model = tmp_path / "p.phm"
+    model.write_text('model P\n  param g = 9.81 {unit = "m/s^2", free}, l = 1.0 {unit = "m"}\n'
+                     '  coord theta = 0.3 {unit = "rad"}\n  lagrangian l^2/2*der(theta)^2 + g*l*cos(theta)\nend\n')
+    data = tmp_path / "p.csv"
+    assert main(["simulate", str(model), "--t-end", "1", "--dt", "0.1", "-o", str(data)]) == 0
+    header, *rest = data.read_text().splitlines()
+    assert header.startswith("t [s],theta [rad]")
+    for unit, what in (("deg", "same dimension"), ("m", "different dimension")):
+        bad = tmp_path / f"{unit}.csv"
+        bad.write_text("\n".join([header.replace("theta [rad]", f"theta [{unit}]"), *rest]) + "\n")
+        from pdsl.diagnostics import PdslError
+        from pdsl.fit.data import load_dataset
+        from pdsl.pipeline import compile_model
+
+        with pytest.raises(PdslError) as err:
+            load_dataset(bad, compile_model(model).numeric)
+        d = err.value.diagnostics[0]
+        assert (d.span.line, d.span.col) == (1, 7) and what in d.message
