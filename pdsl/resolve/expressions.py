@@ -686,6 +686,8 @@ _RELATIONS: Mapping[str, Callable] = {"<": sp.Lt, "<=": sp.Le, ">": sp.Gt, ">=":
 
 # Decimal exponents beyond this are outside double precision (and would take sympy forever).
 MAX_EXPONENT = 308
+# The largest exponent allowed on a non-constant base (sympy's polynomial passes are dense in the degree).
+MAX_SYMBOLIC_EXPONENT = 1000
 _CHAIN_OPS = {"+": "+-", "-": "+-", "*": "*/", "/": "*/"}
 
 
@@ -728,6 +730,11 @@ def _power(a, b, span: Span):
             raise PdslError.at(
                 "BadNumber", f"this power is about 10^{size:.3g}, outside the range of floating-point numbers", span, _RANGE_HINT
             )
+    elif b.is_number and not abs(complex(b.evalf(15))) <= MAX_SYMBOLIC_EXPONENT:
+        # x^1e308 overflows for every |x| ≠ 1, and sympy's polynomial algebra would build a dense degree-1e308 object
+        raise PdslError.at("BadNumber", f"an exponent of {complex(b.evalf(4)).real:.4g} on an expression: "
+                           f"exponents beyond ±{MAX_SYMBOLIC_EXPONENT} are refused", span,
+                           "write the physics with moderate powers (x^4, x^-2)")
     return _real(a**b, span, "this power")
 
 
