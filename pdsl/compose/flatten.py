@@ -561,6 +561,8 @@ class _Flattener:
                 if not isinstance(node, A.Index) or len(node.indices) != 1:
                     raise PdslError.at("TypeMismatch", f"`{text}` is an array of instances: index it, as `{text}[1]`", ctx.sp(node.span))
                 k = self._int(node.indices[0], ctx)
+                if not ent.items:
+                    raise PdslError.at("BadIndex", f"`{text}` has no instances (its `use` line failed)", ctx.sp(node.span))
                 if k not in ent.items:
                     lo, hi = min(ent.items), max(ent.items)
                     raise PdslError.at("BadIndex", f"index {k} is outside {lo}..{hi} of `{text}`", ctx.sp(node.span))

@@ -44,6 +44,8 @@ def tidy(expr):
         return expr
     best, best_ops = expr, ops
     candidates = [sp.expand(expr)]
+    if _huge_numbers(expr):  # factorisation of 300-digit coefficients runs primality tests for minutes
+        return min(candidates + [expr], key=sp.count_ops)
     # a rational function of the symbols (a linear network, polynomial energies): its expansion is already the
     # tidy form, and sympy's simplify would spend 0.1–1 s per expression to find it
     if not expr.has(*_NO_SIMPLIFY) and not is_rational(expr):
@@ -58,6 +60,14 @@ def tidy(expr):
         if c_ops <= best_ops:
             best, best_ops = c, c_ops
     return best
+
+
+_HUGE = 10**30
+
+
+def _huge_numbers(expr) -> bool:
+    """A rational number with more than 30 digits (a literal such as 1e308 is kept exact)."""
+    return any(abs(r.p) > _HUGE or r.q > _HUGE for r in expr.atoms(sp.Rational))
 
 
 def _nested_fraction(expr) -> bool:

@@ -354,6 +354,14 @@ _EXAMPLES = int(os.environ.get("PDSL_FUZZ_EXAMPLES", "300"))
          "  junction common_effort(wheel, -flange)\nend\n",
     formulation="hamiltonian",
 )
+@example(  # found by the composition seeds: an instance array whose model fails left an empty array behind
+    text=_inline("a2_ladder.phm", "sections.phm").replace("port inp: electrical", "port inp: lectrical"),
+    formulation="hamiltonian",
+)
+@example(  # found by the composition seeds: factoring a 309-digit coefficient (1e308 is kept exact) ran for minutes
+    text=(COMP / "analogies.phm").read_text(encoding="utf-8").replace("L^2/(2*J)", "L^2/(1e308*J)"),
+    formulation="hamiltonian",
+)
 def test_mutated_models_fail_only_with_located_pdsl_errors(text, formulation):
     with _hard_limit(30):
         try:
