@@ -324,6 +324,13 @@ def as_number(v, span: Span, what: str = "this"):
         raise PdslError.at(
             "TypeMismatch", f"`{v.name}` is a {v.element_kind} element; it can only appear in a junction", span
         )
+    if isinstance(v, JointRef):
+        raise PdslError.at("TypeMismatch", f"`{v.name}` is a named joint: use `{v.name}.angle` or `{v.name}.rate`", span)
+    if isinstance(v, PortRef):
+        raise PdslError.at("TypeMismatch", f"`{v.name}` is a kinematic port: it is connected (`connect`) or driven "
+                           f"(`force … on {v.name}`), not used as a number", span)
+    if isinstance(v, Ref):
+        raise PdslError.at("TypeMismatch", f"this is a {v.kind}, not a number", span)
     return v
 
 

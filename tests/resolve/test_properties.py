@@ -362,6 +362,10 @@ _EXAMPLES = int(os.environ.get("PDSL_FUZZ_EXAMPLES", "300"))
     text=(COMP / "analogies.phm").read_text(encoding="utf-8").replace("L^2/(2*J)", "L^2/(1e308*J)"),
     formulation="hamiltonian",
 )
+@example(  # found by the composition seeds: a kinematic port used as a number reached sympy (AttributeError)
+    text=(COMP / "gear.phm").read_text(encoding="utf-8").replace("  connect a1, a2\n", "  lagrangian a1^2/2\n  connect a1, a2\n"),
+    formulation="hamiltonian",
+)
 def test_mutated_models_fail_only_with_located_pdsl_errors(text, formulation):
     with _hard_limit(30):
         try:
