@@ -694,7 +694,7 @@ _RELATIONS: Mapping[str, Callable] = {"<": sp.Lt, "<=": sp.Le, ">": sp.Gt, ">=":
 # Decimal exponents beyond this are outside double precision (and would take sympy forever).
 MAX_EXPONENT = 308
 # The largest exponent allowed on a non-constant base (sympy's polynomial passes are dense in the degree).
-MAX_SYMBOLIC_EXPONENT = 1000
+MAX_SYMBOLIC_EXPONENT = 10_000
 _CHAIN_OPS = {"+": "+-", "-": "+-", "*": "*/", "/": "*/"}
 
 
