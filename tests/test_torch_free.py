@@ -9,9 +9,12 @@ the test fails if any of these commands reaches torch, directly or through anoth
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS = REPO / "models"
@@ -61,3 +64,29 @@ def test_core_commands_run_without_torch(tmp_path):
     for line in out.splitlines():
         if line.startswith("MODULES"):
             assert "torch" not in line.split(), out
+
+
+# issue 17's commands: FMU export, tables in other formats, a sweep
+def _no_torch(out: str) -> None:
+    for line in out.splitlines():
+        if line.startswith("MODULES"):
+            assert "torch" not in line.split(), out
+
+
+def test_interop_commands_run_without_torch(tmp_path):
+    model = str(MODELS / "double_pendulum.phm")
+    if shutil.which("cc") or shutil.which("gcc"):
+        rc, out = _run("compile", model, "--target", "fmu", "-o", str(tmp_path / "dp.fmu"), cwd=tmp_path)
+        assert rc == 0, out
+        _no_torch(out)
+    else:
+        pytest.skip("no C compiler for the FMU")
+    for name in ("dp.mat", "dp.parquet"):
+        rc, out = _run("simulate", model, "--t-end", "0.2", "--dt", "0.1", "-o", str(tmp_path / name), cwd=tmp_path)
+        assert rc == 0, out
+        _no_torch(out)
+    rc, out = _run("sweep", model, "--grid", "m1=1,2", "--t-end", "0.2", "--dt", "0.1", "-o", str(tmp_path / "sw"),
+                   cwd=tmp_path)
+    assert rc == 0, out
+    _no_torch(out)
+    assert (tmp_path / "sw" / "summary.csv").exists()

@@ -51,6 +51,7 @@ import numpy as np
 from .. import __version__
 from ..backend.functions import NumericSystem
 from ..diagnostics import PdslError
+from .targets import generate_c
 
 __all__ = ["write_fmu", "fmu_identifier", "FmuLayout", "layout", "DEFAULT_CS_STEP", "CS_STEP_NAME"]
 
@@ -191,7 +192,7 @@ def _time_events(num: NumericSystem, prefix: str) -> tuple[ca.Function, ca.Funct
 
 
 def _functions(num: NumericSystem, lay: FmuLayout, prefix: str) -> tuple[ca.Function, ca.Function]:
-    """``eval(t, x, p, u) -> (xdot, r, y)`` and its forward derivative
+    """The CasADi Functions ``PREFIX_eval(t, x, p, u) -> (xdot, r, y)`` and its forward derivative
     ``fwd(t, x, p, u, dx, dp, du) -> (dxdot, dr, dy)`` (r: the shown columns that are not states)."""
     T = ca.SX if num.kind == "SX" else ca.MX
     t = T.sym("t")
@@ -885,17 +886,7 @@ def write_fmu(num: NumericSystem, out_path: str | Path, *, cc: str | None = None
     try:
         src = tmp / "sources"
         src.mkdir()
-        gen = ca.CodeGenerator("model.c", {"with_header": True, "casadi_int": "long long int", "prefix": prefix})
-        gen.add(ev)
-        gen.add(fwd)
-        for f in events or ():
-            gen.add(f)
-        cwd = os.getcwd()
-        try:
-            os.chdir(src)
-            gen.generate()
-        finally:
-            os.chdir(cwd)
+        generate_c([ev, fwd, *(events or ())], src, prefix)
         model_c = (src / "model.c").read_bytes()
         names = "\n".join(lay.names()).encode("utf-8")
         guid = _guid(model_c, names, np.asarray(num.x_start).tobytes(), np.asarray(num.p_default).tobytes())

@@ -162,17 +162,26 @@ int main(void) {
 """
 
 
-def _c(num: NumericSystem, out: Path, cc) -> None:
-    fns = _functions(num)
-    gen = ca.CodeGenerator("model.c", {"with_header": True, "casadi_int": "long long int"})
-    for name in sorted(fns):
-        gen.add(fns[name])
+def generate_c(functions, directory: Path, prefix: str | None = None) -> None:
+    """``model.c`` and ``model.h`` for ``functions`` in ``directory`` (CasADi's code generator writes into the
+    current directory: it is changed and restored here). ``prefix`` goes before every global C symbol."""
+    options = {"with_header": True, "casadi_int": "long long int"}
+    if prefix:
+        options["prefix"] = prefix
+    gen = ca.CodeGenerator("model.c", options)
+    for f in functions:
+        gen.add(f)
     cwd = os.getcwd()
     try:
-        os.chdir(out)
+        os.chdir(directory)
         gen.generate()
     finally:
         os.chdir(cwd)
+
+
+def _c(num: NumericSystem, out: Path, cc) -> None:
+    fns = _functions(num)
+    generate_c([fns[name] for name in sorted(fns)], out)
     _write_manifest(out / "manifest.json", manifest(num, fns))
     if "step" in fns:
         (out / "example.c").write_text(

@@ -26,11 +26,10 @@ component can be checked and run on its own.
 from __future__ import annotations
 
 import os
-from collections import ChainMap
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
-from typing import Mapping
 
 import sympy as sp
 
@@ -189,7 +188,7 @@ class _Ctx:
     def sp(self, span: Span) -> Span:
         return replace(span, via=self.via + span.via) if self.via else span
 
-    def bound(self, extra: Mapping[str, A.Expr]) -> "_Ctx":
+    def bound(self, extra: Mapping[str, A.Expr]) -> _Ctx:
         return replace(self, loop={**self.loop, **extra})
 
 
@@ -257,7 +256,7 @@ class _Flattener:
                 table[name] = ("expr", value)
             else:
                 table[name] = ("name", p + name)
-        for kw_name, (value, kw) in overrides.items():
+        for kw_name, (_value, kw) in overrides.items():
             if known.get(kw_name) not in ("param", "input") and kw_name not in consts:
                 choices = sorted(n for n, k in known.items() if k in ("param", "input"))
                 self.diags.error("UnknownArgument", f"`{m.name}` has no parameter or input `{kw_name}`", kw.span,
@@ -311,7 +310,7 @@ class _Flattener:
 
         decls = {d.name: d for s in m.body if isinstance(s, A.DeclStmt) and s.kind == "const" for d in s.decls}
         values: dict[str, int] = {}
-        for name, d in decls.items():
+        for name in decls:
             if top and name in self.const_overrides:
                 values[name] = int(self.const_overrides[name])
             elif name in overrides:
@@ -594,17 +593,16 @@ class _Flattener:
 
     # ------------------------------------------------------------ connections
     def _endpoint(self, m: A.Expr, ctx: _Ctx, stmt: A.ConnectStmt):
+        """What a `connect` member names: a port, an instance's output or input (a signal), or a point."""
         value = self._rn(m, ctx)
-        if isinstance(value, A.Name) and value.id in self.ports:
-            return ("port", value.id, value.span)
-        if isinstance(value, A.Name) and value.id in self.outputs:
-            return ("output", value.id, value.span)
-        if isinstance(value, A.Name) and value.id in self.inputs:
-            return ("input", value.id, value.span)
-        if isinstance(m, A.Attr | A.Index) and self._collapse(m, ctx) is not None and m is not value:
-            out = [k for k, v in self.outputs.items() if v is value]
-            if out:
-                return ("output", out[0], value.span)
+        if isinstance(value, A.Name):
+            for kind, table in (("port", self.ports), ("output", self.outputs), ("input", self.inputs)):
+                if value.id in table:
+                    return (kind, value.id, value.span)
+        # an instance's output used by its parent renames to the output's expression itself (see _collapse)
+        out = next((k for k, v in self.outputs.items() if v is value), None)
+        if out is not None:
+            return ("output", out, value.span)
         return ("point", value, value.span)
 
     def _connect_all(self) -> None:
@@ -789,8 +787,8 @@ class _Flattener:
         for s in self.out:
             if isinstance(s, A.JunctionStmt) and any(_member_name(m) == port.full for m in s.members):
                 jkind = s.kind
-        across_effort = port.across_is_effort
-        # a 0-junction fixes the effort, a 1-junction the flow: impose the other variable
+        # a 0-junction fixes the effort, a 1-junction the flow: impose the other variable (a first guess: the p-H
+        # lowering tries the other causalities when this one does not lower)
         impose_effort = jkind != "common_effort"
         name = f"{port.full}.{'effort' if impose_effort else 'flow'}"
         self.out.append(A.DeclStmt(span=port.decl, kind="input", decls=tuple(
@@ -798,7 +796,6 @@ class _Flattener:
         self.out.append(A.SourceStmt(span=port.decl, kind="effort_source" if impose_effort else "flow_source",
                                      name=port.full, value=A.Name(span=port.decl, id=name), name_span=port.decl,
                                      open_port=True))
-        del across_effort
 
 
 # ====================================================================== helpers
@@ -874,5 +871,3 @@ def _drop_decl(stmt: A.Stmt, name: str) -> A.Stmt:
         return replace(stmt, decls=tuple(d for d in stmt.decls if d.name != name))
     return stmt
 
-
-_ = ChainMap  # (kept for symmetry with the resolver's scopes)

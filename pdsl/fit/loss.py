@@ -129,24 +129,7 @@ def observation_function(num: NumericSystem, observed: tuple[str, ...]) -> ca.Fu
 
 def make_interval(num: NumericSystem, method: str, dt: float, substeps: int = 1, **step_options) -> ca.Function:
     """``interval(x, p, u0, u1, tk) -> x(tk + dt)``: ``substeps`` steps, u linear from u0 to u1."""
-    if num.rhs is None:
-        raise PdslError.at("NotYetSupported", f"{num.system.name} is a DAE; fitting needs an ODE model", num.system.span)
-    if method not in INTEGRATORS:
-        raise PdslError.at("BadOption", f"--integrator {method}: unknown for fitting", hint="one of: " + ", ".join(INTEGRATORS))
-    sym = _sym(num)
-    nu, n_p = len(num.u_names), len(num.p_names)
-    tau, x, q = sym("tau"), sym("x", num.nx), sym("q", n_p + 2 * nu + 1)
-    p, u0, u1, tk = q[:n_p], q[n_p : n_p + nu], q[n_p + nu : n_p + 2 * nu], q[n_p + 2 * nu]
-    f = ca.Function("f_interval", [tau, x, q], [num.rhs(tk + tau, x, p, u0 + tau / dt * (u1 - u0))])
-    h = dt / substeps
-    step = make_step(f, method, h, **step_options)
-    sym = ca.SX.sym if step.is_a("SXFunction") else ca.MX.sym
-    x, p, u0, u1, tk = sym("x", num.nx), sym("p", n_p), sym("u0", nu), sym("u1", nu), sym("tk")
-    qq = ca.vertcat(p, u0, u1, tk)
-    xk = x
-    for j in range(substeps):
-        xk = step(j * h, xk, qq)
-    return ca.Function("interval", [x, p, u0, u1, tk], [xk], ["x", "p", "u0", "u1", "tk"], ["x_next"])
+    return _interval(num, method, substeps, dt, **step_options)
 
 
 def make_variable_interval(num: NumericSystem, method: str, substeps: int = 1, **step_options) -> ca.Function:
@@ -154,24 +137,36 @@ def make_variable_interval(num: NumericSystem, method: str, substeps: int = 1, *
 
     Time is rescaled to τ ∈ [0, 1] (dx/dτ = h·f(tk + τh, x, p, u0 + τ(u1 − u0))), so the same
     fixed-step schemes take ``substeps`` steps of 1/substeps in τ, whatever h is."""
+    return _interval(num, method, substeps, None, **step_options)
+
+
+def _interval(num: NumericSystem, method: str, substeps: int, dt: float | None, **step_options) -> ca.Function:
+    """The interval map of a fixed ``dt``, or (``dt`` None) of a length ``h`` given as its last argument."""
     if num.rhs is None:
         raise PdslError.at("NotYetSupported", f"{num.system.name} is a DAE; fitting needs an ODE model", num.system.span)
     if method not in INTEGRATORS:
         raise PdslError.at("BadOption", f"--integrator {method}: unknown for fitting", hint="one of: " + ", ".join(INTEGRATORS))
+    variable = dt is None
     sym = _sym(num)
     nu, n_p = len(num.u_names), len(num.p_names)
-    tau, x, q = sym("tau"), sym("x", num.nx), sym("q", n_p + 2 * nu + 2)
-    p, u0, u1, tk, hk = q[:n_p], q[n_p : n_p + nu], q[n_p + nu : n_p + 2 * nu], q[n_p + 2 * nu], q[n_p + 2 * nu + 1]
-    f = ca.Function("f_interval", [tau, x, q], [hk * num.rhs(tk + tau * hk, x, p, u0 + tau * (u1 - u0))])
-    h = 1.0 / substeps
+    tau, x, q = sym("tau"), sym("x", num.nx), sym("q", n_p + 2 * nu + 1 + variable)
+    p, u0, u1, tk = q[:n_p], q[n_p : n_p + nu], q[n_p + nu : n_p + 2 * nu], q[n_p + 2 * nu]
+    if variable:
+        hk = q[n_p + 2 * nu + 1]
+        rhs, h = hk * num.rhs(tk + tau * hk, x, p, u0 + tau * (u1 - u0)), 1.0 / substeps
+    else:
+        rhs, h = num.rhs(tk + tau, x, p, u0 + tau / dt * (u1 - u0)), dt / substeps
+    f = ca.Function("f_interval", [tau, x, q], [rhs])
     step = make_step(f, method, h, **step_options)
     sym = ca.SX.sym if step.is_a("SXFunction") else ca.MX.sym
-    x, p, u0, u1, tk, hk = sym("x", num.nx), sym("p", n_p), sym("u0", nu), sym("u1", nu), sym("tk"), sym("h")
-    qq = ca.vertcat(p, u0, u1, tk, hk)
-    xk = x
+    names = ["x", "p", "u0", "u1", "tk"] + (["h"] if variable else [])
+    sizes = [num.nx, n_p, nu, nu, 1, 1]
+    args = [sym(n, k) for n, k in zip(names, sizes)]
+    qq = ca.vertcat(*args[1:])
+    xk = args[0]
     for j in range(substeps):
         xk = step(j * h, xk, qq)
-    return ca.Function("interval", [x, p, u0, u1, tk, hk], [xk], ["x", "p", "u0", "u1", "tk", "h"], ["x_next"])
+    return ca.Function("interval", args, [xk], names, ["x_next"])
 
 
 def _call(fn: ca.Function, *args):

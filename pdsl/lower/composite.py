@@ -34,7 +34,8 @@ import sympy as sp
 
 from .. import symbols as S
 from ..diagnostics import PdslError
-from ..resolve.model import GeneralizedForce, Input, Model, Source, Structure, port_forces as _port_forces
+from ..resolve.model import GeneralizedForce, Input, Model, Source, Structure
+from ..resolve.model import port_forces as _port_forces
 from .ir import Constraint, Equation, Port, SymbolicSystem
 from .registry import Formalism, LowerOptions, formalism_for, register
 

@@ -15,7 +15,7 @@ Pure sympy: no numeric backend is imported here.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import sympy as sp
 
@@ -299,16 +299,9 @@ def reduce_index(system: SymbolicSystem) -> SymbolicSystem:
         inside = [e for e in differential if symbols_in((e.lhs, e.rhs), {a.symbol})]
         linear = bool(inside) and all(sp.diff(e.lhs - e.rhs, a.symbol, 2) == 0 for e in inside)
         (multipliers if a.symbol not in still and linear else kept).append(a)
-    return replace_system(system, differential=differential, algebraic=algebraic, algebraics=tuple(kept),
-                          multipliers=system.multipliers + tuple(a.symbol for a in multipliers),
-                          invariants=system.invariants + tuple(invariants),
-                          constraints=system.constraints + tuple(i for i in invariants))
-
-
-def replace_system(system: SymbolicSystem, **changes) -> SymbolicSystem:
-    from dataclasses import replace
-
-    return replace(system, **changes)
+    return replace(system, differential=differential, algebraic=algebraic, algebraics=tuple(kept),
+                   multipliers=system.multipliers + tuple(a.symbol for a in multipliers),
+                   invariants=system.invariants + tuple(invariants), constraints=system.constraints + tuple(invariants))
 
 
 def interface_balance(system: SymbolicSystem) -> list:
@@ -447,7 +440,7 @@ def check_structure(system: SymbolicSystem) -> None:
                         "give it an equation, or remove it" if kind == "algebraic" else
                         "an equation for it is missing, or two equations determine the same quantity")
         for e in extra:
-            inside = sorted((names.get(u, (u.name, None))[0] for u in (e.lhs - e.rhs).free_symbols & wanted))
+            inside = sorted(names.get(u, (u.name, None))[0] for u in symbols_in((e.lhs, e.rhs), wanted))
             what = ("it contains no " + ("algebraic variable" if kind == "algebraic" else "derivative") if not inside
                     else "its unknowns (" + ", ".join(inside) + ") are determined by other equations")
             diags.error("UnbalancedSystem", f"this {kind} equation determines nothing new: {what}", e.origin,
