@@ -27,8 +27,16 @@ def as_expr(value) -> sp.Basic:
     raise TypeError(f"not an expression: {type(value).__name__}")
 
 
+_SYMBOLS: dict[str, sp.Symbol] = {}
+
+
 def sym(name: str) -> sp.Symbol:
-    return sp.Symbol(name, real=True)
+    """The real symbol called ``name``, made once per process: sympy's own symbol cache is a bounded LRU, so a
+    model with thousands of names would rebuild each symbol's assumptions on every use (superlinear resolve)."""
+    found = _SYMBOLS.get(name)
+    if found is None:
+        found = _SYMBOLS[name] = sp.Symbol(name, real=True)
+    return found
 
 
 def der_name(name: str) -> str:

@@ -13,6 +13,7 @@ import gc
 import time
 
 import pytest
+from sympy.core.cache import clear_cache
 
 from pdsl.diagnostics import PdslError, render
 from pdsl.parse.parser import parse_text
@@ -55,6 +56,7 @@ def _resolve_time(text: str, path: str) -> tuple[float, PdslError | None]:
     ast = parse_text(text, path)
     best, error = float("inf"), None
     for _ in range(3):
+        clear_cache()  # cold every time: sympy's LRU (1,000 entries) would serve a small model's repeats from cache only
         gc.collect()
         gc.disable()  # the complexity of resolving, not the cyclic collector's passes over sympy's objects
         try:
