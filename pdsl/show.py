@@ -280,6 +280,13 @@ def render_system(system: SymbolicSystem, fmt: str = "text", *, simplify: bool =
         h(system.constraints_title)
         for c in system.constraints:
             out.append(_block(pr.eq(tidy(c.residual), sp.Integer(0)), fmt, "", c.origin, c.label))
+    for section in system.derivation:  # what the formalism derived on the way (display only)
+        h(section.title)
+        for it in section.items:
+            value = it.value if isinstance(it.value, sp.MatrixBase) else tidy(it.value)
+            item(f"{it.label} = {pr.expr(value)}")
+        if section.note:
+            item(f"({section.note})")
     return "\n".join(out).lstrip("\n") + "\n"
 
 

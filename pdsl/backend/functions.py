@@ -15,17 +15,15 @@ exogenous inputs.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import casadi as ca
 import numpy as np
-import sympy as sp
 
-from .. import symbols as S
-from ..diagnostics import PdslError
-from ..lower.ir import SymbolicSystem
-from .neural import MLPGraph, init_weights, n_weights
-from .events import MODE_TIME, mode_substitution, switch_functions, time_conditions
-from .sympy_to_casadi import Converter
+from ..diagnostics import PdslError  # noqa: F401 (historical import site)
+
+if TYPE_CHECKING:  # sympy and the lowering are imported by to_casadi only: a cached NumericSystem needs neither
+    from ..lower.ir import SymbolicSystem
 
 __all__ = ["NumericSystem", "to_casadi"]
 
@@ -54,10 +52,14 @@ class NumericSystem:
     projection: ca.Function | None = None
     # (t, x, z, p, u) -> dE/dt along the flow: the net power supplied (inputs, forces) minus dissipated
     power: ca.Function | None = None
+    # (t, x, p, u) -> d/dt quantity − rate for each SymbolicSystem.balances record, along the flow
+    balances: ca.Function | None = None
     # conditions on t alone (``if t < 1 ...``; pdsl.backend.events): (t, t_mode, x, z, p, u) -> (xdot, g) with
     # those conditions evaluated at t_mode, and (t, p) -> g_k, whose sign changes are the switching times
     dae_modes: ca.Function | None = None
     switches: ca.Function | None = None
+    # how many conditions (``if``) of the dynamics read the state: stepped through, not located as events
+    state_conditions: int = 0
 
     @property
     def nx(self) -> int:
@@ -76,6 +78,13 @@ class NumericSystem:
 
 def to_casadi(system: SymbolicSystem, *, seed: int = 0, kind: str | None = None) -> NumericSystem:
     """Translate a symbolic system into CasADi Functions (SX, or MX when it holds networks)."""
+    import sympy as sp
+
+    from .. import symbols as S
+    from .events import MODE_TIME, mode_substitution, relationals, switch_functions, time_conditions
+    from .neural import MLPGraph, init_weights, n_weights
+    from .sympy_to_casadi import Converter
+
     if kind is None:
         kind = "MX" if system.neural else "SX"
     T = ca.SX if kind == "SX" else ca.MX
@@ -166,10 +175,19 @@ def to_casadi(system: SymbolicSystem, *, seed: int = 0, kind: str | None = None)
     columns = system.report_columns()
     report = ca.Function("report", [t, x, p], [ca.vertcat(*[c(e) for _, e in columns]) if columns else T(0, 1)],
                          ["t", "x", "p"], ["y"])
+    balances = None
+    if system.balances and rhs is not None:
+        Q = ca.vertcat(*[c(bal.quantity) for bal in system.balances])
+        R = ca.vertcat(*[c(bal.rate) for bal in system.balances])
+        balances = ca.Function("balances", [t, x, p, u], [ca.jtimes(Q, x, xdot) + ca.jacobian(Q, t) - R],
+                               ["t", "x", "p", "u"], ["residual"])
     p_default = np.concatenate([[q.default for q in system.params], *weights]) if weights else np.array(
         [q.default for q in system.params], dtype=float
     )
+    rels = relationals([e.lhs - e.rhs for e in system.differential + system.algebraic] + list(laws.values()))
+    n_time = len(time_conditions(list(rels), {q.symbol for q in system.params})) if rels else 0
     return NumericSystem(
+        state_conditions=len(rels) - n_time,
         system=system,
         kind=kind,
         x_names=x_names,
@@ -192,4 +210,5 @@ def to_casadi(system: SymbolicSystem, *, seed: int = 0, kind: str | None = None)
         power=power,
         dae_modes=dae_modes,
         switches=switches,
+        balances=balances,
     )

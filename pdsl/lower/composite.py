@@ -43,7 +43,7 @@ __all__ = ["parts_of", "lower_composite", "COMPOSITE"]
 
 _EMPTY = dict(
     equations=(), constraints=(), lagrangian=None, hamiltonian=None, bodies=(), connectors=(), gravity=(),
-    potentials=(), forces=(), generalized_forces=(), elements=(), interfaces=(), ties=(), variables=(), outputs=(),
+    potentials=(), forces=(), generalized_forces=(), elements=(), interfaces=(), ties=(), variables=(), outputs=(), groups=(),
 )
 _RETRY = {"DependentStorage", "UnbalancedSystem", "ConflictingSources"}
 
@@ -63,6 +63,7 @@ def parts_of(model: Model) -> dict[str, Model]:
     if model.lagrangian is not None or model.hamiltonian is not None:
         parts["coordinates"] = replace(model, **{
             **_EMPTY, "lagrangian": model.lagrangian, "hamiltonian": model.hamiltonian, "constraints": model.constraints,
+            "groups": model.groups,
             "variables": tuple(v for v in model.variables if v.kind in ("coord", "momentum")),
             "generalized_forces": tuple(g for g in model.generalized_forces if g.coord not in nodes)})
     if model.elements:

@@ -116,6 +116,44 @@ class Segment:
     fixed: bool  # one end on the ground
 
 
+@dataclass(**_FROZEN)
+class DerivationItem:
+    """One derived quantity a formalism shows (``label = value``): an expression or a matrix."""
+
+    label: str
+    value: sp.Basic
+
+    @classmethod
+    def of(cls, label: str, value) -> "DerivationItem":
+        return cls(label=label, value=value)
+
+
+@dataclass(**_FROZEN)
+class DerivationSection:
+    """A titled list of derived quantities for ``show`` (a Hamel reduction's connection, frame, momenta, …).
+    Display only: nothing numeric reads it."""
+
+    title: str
+    items: tuple[DerivationItem, ...]
+    note: str = ""
+
+    @classmethod
+    def of(cls, title: str, items, note: str = "") -> "DerivationSection":
+        return cls(title=title, items=tuple(items), note=note)
+
+
+@dataclass(**_FROZEN)
+class Balance:
+    """A relation ``d/dt quantity = rate`` that every solution satisfies (both sides expressions of the states and
+    parameters): ``simulate`` reports its residual along the trajectory, fit losses may use it."""
+
+    name: str
+    quantity: sp.Expr
+    rate: sp.Expr
+    origin: Span
+    label: str = ""
+
+
 def closed_input_laws(inputs) -> dict[sp.Symbol, sp.Expr]:
     """``{input: law}`` of the inputs with an in-model law, substituted into each other until no law refers to
     another input (the lowering has already rejected cycles)."""
@@ -170,6 +208,9 @@ class SymbolicSystem:
     stabilization_params: tuple[str, ...] = ()
     # (name, unit text) of the quantities with a unit (pdsl.resolve.units); empty for a model without units
     units: tuple[tuple[str, str], ...] = ()
+    # derived quantities `show` prints after the equations (display only), and relations d/dt q = r to check
+    derivation: tuple[DerivationSection, ...] = ()
+    balances: tuple[Balance, ...] = ()
 
     def unit_of(self, name: str) -> str | None:
         return dict(self.units).get(name) if self.units else None

@@ -29,7 +29,7 @@ FORMULATIONS = ("hamiltonian", "lagrangian")
 STABILIZATIONS = ("none", "baumgarte")
 
 # the formalisms that ship with pdsl; each module registers itself when imported
-_BUILTIN = ("pdsl.lower.composite", "pdsl.lower.port_hamiltonian", "pdsl.lower.cartesian", "pdsl.lower.generalized", "pdsl.lower.plain")
+_BUILTIN = ("pdsl.lower.composite", "pdsl.lower.port_hamiltonian", "pdsl.lower.cartesian", "pdsl.lower.hamel", "pdsl.lower.generalized", "pdsl.lower.plain")
 
 
 @dataclass(frozen=True, slots=True)

@@ -95,6 +95,15 @@ class Constraint:
 
 
 @dataclass(**_FROZEN)
+class Group:
+    """``group SE2(phi, x, y)``: a Lie group acting on some coordinates (pdsl.groups has the library)."""
+
+    kind: str  # a key of pdsl.groups.GROUPS
+    coords: tuple[sp.Symbol, ...]
+    span: Span
+
+
+@dataclass(**_FROZEN)
 class Located:
     expr: sp.Expr
     span: Span
@@ -314,6 +323,7 @@ class Model:
     elements: tuple[Element, ...] = ()
     interfaces: tuple[Interface, ...] = ()
     ties: tuple[KinematicTie, ...] = ()
+    groups: tuple[Group, ...] = ()
     unsupported: tuple[tuple[str, Span], ...] = field(default=())
     # (name, unit text) of the quantities with a unit (declared `{unit = "..."}`, or derived): pdsl.resolve.units
     units: tuple[tuple[str, str], ...] = ()

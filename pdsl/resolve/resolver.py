@@ -135,7 +135,7 @@ class _Resolver:
         out: dict[str, list] = {k: [] for k in (
             "params", "inputs", "outputs", "variables", "neural", "equations", "constraints",
             "bodies", "connectors", "gravity", "potentials", "forces", "generalized_forces", "elements", "unsupported",
-            "interfaces", "ties",
+            "interfaces", "ties", "groups",
         )}
         single: dict[str, M.Located | None] = {"lagrangian": None, "hamiltonian": None}
         # pass 1: declarations (names usable anywhere in the model)
@@ -776,6 +776,7 @@ class _Resolver:
             A.StructureStmt: self._ph_element,
             A.InterfaceStmt: self._interface,
             A.KinematicTieStmt: self._tie,
+            A.GroupStmt: self._group,
         }.get(type(stmt))
         if handler is None:
             self._unsupported(stmt, out)
@@ -800,6 +801,30 @@ class _Resolver:
         lhs, rhs = ev.number(stmt.lhs), ev.number(stmt.rhs)
         for a, b in _pairs(lhs, rhs, stmt.span):
             out["equations"].append(M.Equation(lhs=a, rhs=b, span=stmt.span))
+
+    def _group(self, stmt: A.GroupStmt, bind, out) -> None:
+        from ..groups import GROUPS
+
+        kind = GROUPS.get(stmt.name)
+        if kind is None:
+            raise PdslError.at("UnknownGroup", f"unknown group `{stmt.name}`", stmt.span,
+                               "one of: " + ", ".join(f"{k.name}({'…' if k.arity is None else k.arity})" for k in GROUPS.values()))
+        if kind.arity is not None and len(stmt.coords) != kind.arity:
+            raise PdslError.at("WrongArity", f"`{stmt.name}` acts on {kind.arity} coordinate{'s' if kind.arity > 1 else ''}, "
+                               f"not {len(stmt.coords)}", stmt.span, "e.g. `group SE2(phi, x, y)`: heading, then position")
+        if out["groups"]:
+            raise PdslError.at("DuplicateDefinition", "a model has at most one `group`", stmt.span,
+                               f"the first is on line {out['groups'][0].span.line}; a product of groups is one `R(...)`/`SE2(...)` per model for now")
+        symbols = []
+        for name in stmt.coords:
+            decl = self.names.get(name)
+            if decl is None or decl.kind != "coord":
+                raise PdslError.at("NotACoordinate", f"`{name}` is not a `coord` of this model", stmt.span,
+                                   "a group acts on generalized coordinates declared with `coord`")
+            if decl.value in symbols:
+                raise PdslError.at("DuplicateDefinition", f"`{name}` is named twice", stmt.span)
+            symbols.append(decl.value)
+        out["groups"].append(M.Group(kind=kind.name, coords=tuple(symbols), span=stmt.span))
 
     def _constraint(self, stmt: A.ConstraintStmt, bind, out) -> None:
         ev = self._ev(bind)
@@ -1099,7 +1124,6 @@ _NOT_YET_SUPPORTED_NAMES = {
     A.UseStmt: "`use` (model instances)",
     A.ConnectStmt: "`connect`",
     A.DistributionStmt: "`distribution learn` (constraint discovery)",
-    A.GroupStmt: "`group` (Hamel reduction)",
 }
 _NOT_YET_SUPPORTED = tuple(_NOT_YET_SUPPORTED_NAMES)
 

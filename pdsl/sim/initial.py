@@ -49,7 +49,11 @@ class Projector:
     def residual(self, x, p, t=0.0) -> np.ndarray:
         return np.asarray(self._f(t, x, p)[0]).ravel()
 
-    def project(self, x0, p, t: float = 0.0, *, tol: float = 1e-12, max_iter: int = 100) -> Projection:
+    def project(self, x0, p, t: float = 0.0, *, tol: float = 1e-12, max_iter: int = 100, keep=()) -> Projection:
+        """Move the start onto r = 0. Without junction directions, the states move in tiers: first those that have
+        neither a declared start value nor a given one (``keep``: names from ``--init``), then also those with a
+        declared start, then every state — so a velocity constraint solves the dependent velocities and never
+        moves a coordinate or a velocity the user gave when that suffices."""
         x = np.array(x0, dtype=float)
         r, J = self._eval(x, p, t)
         before = _rms(r)
@@ -59,17 +63,13 @@ class Projector:
             x = x + 1e-3 * np.random.default_rng(0).standard_normal(x.shape)
             r, _ = self._eval(x, p, t)
         scale = 0.5 * max(_rms(x), 1.0)  # A3.1 clamps steps to half the state scale
-        k = 0
-        while _rms(r) > tol and k < max_iter:
-            r, J, B = self._eval(x, p, t, directions=True)
-            dx = -np.linalg.lstsq(J, r, rcond=None)[0]
-            if B is None:
-                x = x + np.clip(dx, -scale, scale)
-            else:  # shrink the whole step (clipping entries would leave the directions, and the balance they keep)
-                dx = B @ dx
-                x = x + dx * min(1.0, scale / max(float(np.max(np.abs(dx))), 1e-300))
-            r, _ = self._eval(x, p, t)
-            k += 1
+        start, k = x, 0
+        tiers = [None] if self.num.projection is not None else self._tiers(set(keep))
+        for cols in tiers:
+            x, r, used = self._newton(start, p, t, cols, scale, tol, max_iter)
+            k += used
+            if _rms(r) <= tol:
+                break
         after = _rms(r)
         if after > max(tol * 1e3, 1e-8):
             raise PdslError.at(
@@ -83,6 +83,36 @@ class Projector:
             (name, float(a), float(b)) for name, a, b in zip(self.num.x_names, x0, x) if abs(a - b) > 1e-12 * max(1.0, abs(a))
         )
         return Projection(x=x, residual_before=before, residual_after=after, iterations=k, changes=changes)
+
+    def _tiers(self, keep: set) -> list[list[int] | None]:
+        states = self.num.system.states
+        free = [i for i, s in enumerate(states) if s.start is None and s.name not in keep]
+        declared = [i for i, s in enumerate(states) if s.name not in keep]
+        tiers = [cols for cols in (free, declared) if cols]
+        return [*dict.fromkeys(map(tuple, tiers)), None]  # None: every state
+
+    def _newton(self, x, p, t, cols, scale, tol, max_iter):
+        """Minimum-norm Newton steps on r = 0 moving only ``cols`` (None: every state, along B where given)."""
+        x = np.array(x, dtype=float)
+        r, _ = self._eval(x, p, t)
+        k = 0
+        while _rms(r) > tol and k < max_iter:
+            r, J, B = self._eval(x, p, t, directions=True)
+            if cols is not None:
+                dx = np.zeros_like(x)
+                dx[list(cols)] = -np.linalg.lstsq(J[:, list(cols)], r, rcond=None)[0]
+                if np.max(np.abs(dx)) < 1e-15 * scale:
+                    break  # these states cannot reduce the residual further
+                x = x + np.clip(dx, -scale, scale)
+            elif B is None:
+                dx = -np.linalg.lstsq(J, r, rcond=None)[0]
+                x = x + np.clip(dx, -scale, scale)
+            else:  # shrink the whole step (clipping entries would leave the directions, and the balance they keep)
+                dx = B @ -np.linalg.lstsq(J, r, rcond=None)[0]
+                x = x + dx * min(1.0, scale / max(float(np.max(np.abs(dx))), 1e-300))
+            r, _ = self._eval(x, p, t)
+            k += 1
+        return x, r, k
 
     def _eval(self, x, p, t, directions: bool = False):
         """r and the Jacobian of r in the step coordinates (J, or J B); with ``directions`` also B (or None)."""
@@ -117,7 +147,10 @@ def initial_state(num: NumericSystem, overrides: Mapping[str, float], p: np.ndar
 
 
 class _ShownSolver:
-    """Find the state whose shown columns take requested values (the others keep theirs)."""
+    """Find the state whose shown columns take requested values. Columns that are states themselves keep their
+    values; columns computed from the states (velocities of a Hamel model, ``b.vx``) follow from the others, so a
+    start given as ``der(theta)``/``der(phi)`` sets the quasi-velocities and ``der(x)`` is what the distribution makes
+    of them (minimum-norm Newton steps on the requested and the kept columns)."""
 
     def __init__(self, num: NumericSystem, p, t0: float = 0.0):
         T = ca.SX if num.kind == "SX" else ca.MX
@@ -128,16 +161,33 @@ class _ShownSolver:
 
     def solve(self, x, shown: Mapping[str, float]) -> np.ndarray:
         x = np.array(x, dtype=float)
-        target = np.asarray(self._f(x)[0]).ravel()
-        for name, value in shown.items():
-            target[self.num.report_names.index(name)] = value
-        for _ in range(20):
+        names, states = self.num.report_names, self.num.x_names
+        for name, value in shown.items():  # a shown column that is a state is set directly
+            if name in states:
+                x[states.index(name)] = value
+        rows = [names.index(n) for n in shown if n not in states]
+        if not rows:
+            return x
+        target = np.array([shown[names[i]] for i in rows], dtype=float)
+        # unknowns: the states these columns depend on that were neither given nor declared with a start value
+        declared = {s.name for s in self.num.system.states if s.start is not None}
+        J = np.asarray(self._f(x)[1])[rows]
+        free = [j for j, n in enumerate(states) if np.any(J[:, j] != 0) and n not in shown and n not in declared]
+        scale = max(1.0, float(np.max(np.abs(target))))
+        res = np.full(len(rows), np.inf)
+        for _ in range(30):
             yv, J = (np.asarray(v) for v in self._f(x))
-            res = yv.ravel() - target
-            if np.max(np.abs(res)) < 1e-13 * max(1.0, np.max(np.abs(target))):
+            res = yv.ravel()[rows] - target
+            if np.max(np.abs(res)) < 1e-13 * scale or not free:
                 break
-            x = x - np.linalg.lstsq(J, res, rcond=None)[0]
+            x[free] = x[free] - np.linalg.lstsq(J[np.ix_(rows, free)], res, rcond=None)[0]
+        if np.max(np.abs(res)) > 1e-9 * scale:
+            bad = [names[rows[i]] for i in np.argsort(-np.abs(res))[:3] if abs(res[i]) > 1e-9 * scale]
+            raise PdslError.at("InconsistentInitialState", "the requested start values cannot all hold: "
+                               + ", ".join(f"`{b}`" for b in bad) + " follow from the other start values in this model",
+                               self.num.system.span, "give fewer --init values (e.g. only the independent velocities)")
         return x
+
 
 
 def random_initial_states(num: NumericSystem, base: np.ndarray, p: np.ndarray, n: int, seed: int, scale: float) -> np.ndarray:

@@ -15,15 +15,13 @@ from typing import Mapping
 
 import casadi as ca
 import numpy as np
-import sympy as sp
 
-from .. import symbols as S
 from ..backend.functions import NumericSystem
-from ..backend.sympy_to_casadi import Converter
 from ..diagnostics import PdslError
 from ..options import parse_assignment, parse_float  # noqa: F401 (re-exported; casadi-free home)
-from ..parse.parser import parse_expression
-from ..resolve.expressions import Evaluator, Scope
+
+# sympy, the parser and the resolver are imported where an expression is read (input_from_expression):
+# simulating a cached model imports none of them.
 
 __all__ = ["SimulationResult", "simulate", "time_grid", "parse_assignment", "InputSignal", "input_from_expression", "inputs_from_csv"]
 
@@ -99,6 +97,11 @@ def time_grid(t_end: float, dt: float) -> np.ndarray:
 
 def input_from_expression(num: NumericSystem, name: str, text: str) -> InputSignal:
     """``--input F=sin(t)``: an expression of t, states and parameters (pdsl syntax)."""
+    from .. import symbols as S
+    from ..backend.sympy_to_casadi import Converter
+    from ..parse.parser import parse_expression
+    from ..resolve.expressions import Evaluator, Scope
+
     origin = f"--input {name}"
     expr_ast = parse_expression(text, origin)
     sys = num.system
@@ -374,14 +377,19 @@ def simulate(
     x_init = initial_state(num, dict(x0 or {}), st.p, float(grid[0]))
     info: dict = {}
     if project and num.invariants.size1_out(0):
-        proj = Projector(num).project(x_init, st.p, float(grid[0]))
+        proj = Projector(num).project(x_init, st.p, float(grid[0]), keep=tuple(x0 or {}))
         x_init = proj.x
         info["projection"] = proj
     st, extra = _apply_gains(num, st, x_init[None, :], grid, baumgarte_alpha, baumgarte_beta, params)
     st = _locate_switches(num, st, grid)
     info.update(extra)
     (X, Z), = _integrate(num, grid, x_init[None, :], st)
-    return _result(num, grid, X, Z, st.p, st.inputs, {**info, **_describe(st)})
+    res = _result(num, grid, X, Z, st.p, st.inputs, {**info, **_describe(st)})
+    if num.balances is not None:  # relations the formalism derived (Hamel's full-frame momenta), along the flow
+        from .balances import check_balances
+
+        res.info["balances"] = check_balances(num, grid, X, st.p, res.u)
+    return res
 
 
 def simulate_batch(
@@ -426,16 +434,13 @@ def _describe(st: _Setup) -> dict:
 def _locate_switches(num, st: _Setup, grid) -> _Setup:
     """The switching times of conditions on t alone (pdsl.backend.events) inside the grid, for CVODES/IDAS
     (which then stop there); conditions on the state are counted for the record."""
-    from ..backend.events import relationals, switch_times, time_conditions
-
-    rels = relationals([e.lhs - e.rhs for e in num.system.differential + num.system.algebraic]
-                       + list(num.system.input_laws().values()))
-    n_time = len(time_conditions(list(rels), {q.symbol for q in num.system.params}))
-    st = replace(st, state_conditions=len(rels) - n_time) if len(rels) > n_time else st
+    st = replace(st, state_conditions=num.state_conditions) if num.state_conditions else st
     fns = [num.switches] if num.switches is not None else []
     fns += [sig.switches for sig in st.inputs.values() if getattr(sig, "switches", None) is not None]
     if not fns or st.integrator not in INTEGRATORS or st.stabilize == "project" or len(grid) < 2:
         return st
+    from ..backend.events import switch_times
+
     times = sorted({r for f in fns for r in switch_times(f, st.p, float(grid[0]), float(grid[-1]))})
     tol = 1e-12 * max(1.0, abs(float(grid[0])), abs(float(grid[-1])))
     merged = [r for k, r in enumerate(times) if k == 0 or r - times[k - 1] > tol]
@@ -587,7 +592,7 @@ def _result(num, grid, X, Z, p, inputs, info) -> SimulationResult:
     P = _eval_map(num.power, grid, X, Z, p, U, with_z=True)[:, 0] if num.power is not None else None
     shown = _eval_shown(num, grid, X, p)
     C = None
-    if num.system.constraints:
+    if num.constraints.size1_out(0):
         phi = np.asarray(num.constraints.map(len(grid))(grid, X.T, np.tile(p[:, None], len(grid)))).T
         C = np.sqrt(np.mean(phi**2, axis=1))
     info = {**info, "x0": dict(zip(num.x_names, x_init.tolist()))}
