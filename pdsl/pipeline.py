@@ -8,22 +8,25 @@ lowers the model; nothing here knows a formalism by name.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 from .diagnostics import PdslError
-from .lower import lower
-from .lower.ir import SymbolicSystem
-from .lower.registry import LowerOptions
-from .parse.parser import parse_file, parse_text
-from .resolve.model import Model
-from .resolve.resolver import resolve_file
 
-if TYPE_CHECKING:  # casadi is imported only by the stages that need it (`check` does not)
+if TYPE_CHECKING:  # the stages are imported where they run: a cached compilation needs neither sympy nor lark
     from .backend.functions import NumericSystem
+    from .cache import ModelCache
+    from .lower.ir import SymbolicSystem
+    from .lower.registry import LowerOptions
+    from .resolve.model import Model
 
 __all__ = ["CompileOptions", "load_models", "select_model", "compile_model", "Compiled"]
+
+
+_FORMULATIONS = ("hamiltonian", "lagrangian")  # pdsl.lower.registry.FORMULATIONS (checked by the tests)
+_STABILIZATIONS = ("none", "baumgarte")  # pdsl.lower.registry.STABILIZATIONS
 
 
 @dataclass(frozen=True)
@@ -40,12 +43,23 @@ class CompileOptions:
     stabilize: str = "none"
     seed: int = 0
     numeric: bool = True
-    lowering: LowerOptions = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         consts = self.consts.items() if isinstance(self.consts, Mapping) else self.consts
         object.__setattr__(self, "consts", tuple(sorted((str(k), int(v)) for k, v in consts)))
-        object.__setattr__(self, "lowering", LowerOptions(self.formulation, self.stabilize))
+        if self.formulation not in _FORMULATIONS or self.stabilize not in _STABILIZATIONS:
+            self.lowering  # noqa: B018 - LowerOptions says what is wrong, as a located diagnostic
+
+    def __getstate__(self):  # pickled (the model cache) without the derived LowerOptions (it imports sympy)
+        state = dict(self.__dict__)
+        state.pop("lowering", None)
+        return state
+
+    @cached_property
+    def lowering(self) -> "LowerOptions":
+        from .lower.registry import LowerOptions
+
+        return LowerOptions(self.formulation, self.stabilize)
 
     @property
     def const_map(self) -> dict[str, int]:
@@ -54,6 +68,9 @@ class CompileOptions:
 
 def load_models(source: str | Path, *, text: str | None = None, consts: Mapping[str, int] | None = None) -> tuple[Model, ...]:
     """Parse and resolve every model of a file (or of ``text``, named ``source``)."""
+    from .parse.parser import parse_file, parse_text
+    from .resolve.resolver import resolve_file
+
     ast = parse_text(text, str(source)) if text is not None else parse_file(source)
     return resolve_file(ast, consts)
 
@@ -89,16 +106,51 @@ def compile_model(
     consts: Mapping[str, int] | None = None,
     formulation: str | None = None,
     seed: int | None = None,
+    cache: "ModelCache | bool | None" = None,
 ) -> Compiled:
     """Parse, resolve, lower and (unless ``options.numeric`` is false) translate to CasADi.
 
     ``options`` is a :class:`CompileOptions`; for brevity a model name, or the keyword arguments
-    ``consts``/``formulation``/``seed``, build one (they may not be mixed with an options object)."""
+    ``consts``/``formulation``/``seed``, build one (they may not be mixed with an options object).
+
+    ``cache``: a :class:`~pdsl.cache.ModelCache` to read and fill, ``False`` for none, ``None`` (default)
+    for the active one (:func:`pdsl.cache.default_cache`: the CLI's, none in a plain library call). Only
+    compilations of a file (not of ``text``) are cached; a numeric hit returns the model and the symbolic system as
+    :class:`~pdsl.cache.Deferred` objects that unpickle their sympy parts on first use (a symbolic-only
+    compilation, ``numeric=False``, gets them unpickled)."""
     if not isinstance(options, CompileOptions):
         options = CompileOptions(model=options, consts=consts or (), formulation=formulation or "hamiltonian",
                                  seed=seed or 0)
     elif consts is not None or formulation is not None or seed is not None:
         raise TypeError("compile_model: give either a CompileOptions or keyword options, not both")
+    from . import cache as C
+
+    store = C.default_cache() if cache is None or cache is True else (cache or None)
+    if cache is True and store is None:
+        store = C.ModelCache()
+    key = None
+    if store is not None and text is None:
+        try:
+            main_text = Path(source).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            main_text = None  # parse_file reports it, located
+        if main_text is not None:
+            key = store.key(source, main_text, options)
+            hit = store.load(key)
+            if hit is not None:
+                if not options.numeric:  # show, check, fit work on the symbolic system itself: unpickle it now
+                    hit = Compiled(model=C.unwrap(hit.model), system=C.unwrap(hit.system), numeric=None, options=options)
+                return hit
+    with C.record_sources() as sources:
+        compiled = _compile(source, options, text)
+    if key is not None:
+        store.store(key, _deferred(compiled), sources)
+    return compiled
+
+
+def _compile(source, options: CompileOptions, text: str | None) -> Compiled:
+    from .lower import lower
+
     m = select_model(load_models(source, text=text, consts=options.const_map), options.model, str(source))
     system = lower(m, options.lowering)
     numeric = None
@@ -107,3 +159,20 @@ def compile_model(
 
         numeric = to_casadi(system, seed=options.seed)
     return Compiled(model=m, system=system, numeric=numeric, options=options)
+
+
+# what a cached entry answers without unpickling sympy objects (see pdsl.cache.Deferred)
+MODEL_FACTS = ("name", "doc", "path", "span", "consts", "space", "units")
+SYSTEM_FACTS = ("name", "doc", "path", "span", "formalism", "stabilization", "stabilization_params", "units", "space")
+
+
+def _deferred(compiled: Compiled) -> Compiled:
+    """The entry to store: model and system deferred, the numeric system pointing at the deferred system."""
+    from dataclasses import replace
+
+    from .cache import Deferred
+
+    model = Deferred.wrap(compiled.model, MODEL_FACTS)
+    system = Deferred.wrap(compiled.system, SYSTEM_FACTS)
+    numeric = replace(compiled.numeric, system=system) if compiled.numeric is not None else None
+    return Compiled(model=model, system=system, numeric=numeric, options=compiled.options)

@@ -12,6 +12,9 @@ import os
 
 from hypothesis import HealthCheck, settings
 
+# The CLI caches compiled models (pdsl.cache); tests run uncached unless they ask (tests/test_cache.py).
+os.environ.setdefault("PDSL_NO_CACHE", "1")
+
 settings.register_profile(
     "ci", derandomize=True, database=None, print_blob=True, deadline=None,
     suppress_health_check=[HealthCheck.too_slow],

@@ -22,7 +22,9 @@ A(x)·w = b(x), the report columns, the outputs) to torch, batched over a leadin
 
 Weights use pdsl's flat layout (per layer W column-major, fan_out × fan_in, then b), so a
 parameter vector of the CasADi backend is a parameter vector here, and the two backends agree to
-round-off (``tests/fit/test_torch_backend.py``). Everything is float64.
+round-off (``tests/fit/test_torch_backend.py``). Float64 on the CPU by default; ``dtype`` and
+``device`` choose float32 and/or CUDA (the generated C core is CPU/float64 only: elsewhere the
+rhs runs on the torch tape).
 """
 
 from __future__ import annotations
@@ -136,13 +138,18 @@ def _as_tensor(v):
     return v if isinstance(v, torch.Tensor) else torch.tensor(float(v), dtype=DTYPE)
 
 
-def _column(v, B: int) -> torch.Tensor:
-    v = _as_tensor(v)
+def _column(v, B: int, like: torch.Tensor | None = None) -> torch.Tensor:
+    if not isinstance(v, torch.Tensor):
+        if like is not None:
+            return torch.full((B,), float(v), dtype=like.dtype, device=like.device)
+        v = _as_tensor(v)
     return v if v.dim() == 1 and v.shape[0] == B else v.expand(B)
 
 
-def _stack_columns(values, B: int) -> torch.Tensor:
-    return torch.stack([_column(v, B) for v in values], dim=1) if values else torch.zeros(B, 0, dtype=DTYPE)
+def _stack_columns(values, B: int, like: torch.Tensor | None = None) -> torch.Tensor:
+    if not values:
+        return torch.zeros(B, 0, dtype=DTYPE if like is None else like.dtype, device=None if like is None else like.device)
+    return torch.stack([_column(v, B, like) for v in values], dim=1)
 
 
 def _where(c, a, b):
@@ -265,7 +272,8 @@ class _Tape:
             return out
         if isinstance(e, sp.Heaviside):
             a = c(e.args[0])
-            return self.emit(lambda x: torch.heaviside(_as_tensor(x), torch.tensor(0.5, dtype=DTYPE)), (a,))
+            return self.emit(lambda x: torch.heaviside(_as_tensor(x), torch.tensor(0.5, dtype=_as_tensor(x).dtype,
+                                                                                  device=_as_tensor(x).device)), (a,))
         if isinstance(e, sp.core.relational.Relational):
             return self.emit(_REL[e.rel_op], (c(e.lhs), c(e.rhs)))
         if isinstance(e, (sp.And, sp.Or)):
@@ -419,7 +427,7 @@ class _Program:
         nn, jac = call.nn, call.jacobian
 
         def run(*ins, _ctx):
-            return mlp_torch(nn, _ctx.layers[nn.name], _stack_columns(ins, _ctx.B), jac)
+            return mlp_torch(nn, _ctx.layers[nn.name], _stack_columns(ins, _ctx.B, _ctx.like), jac)
 
         return run
 
@@ -441,6 +449,7 @@ class _Program:
 class _Ctx:
     B: int
     layers: dict
+    like: torch.Tensor | None = None  # dtype and device of the batch
 
 
 # ---------------------------------------------------------------- the system
@@ -451,10 +460,14 @@ class TorchSystem:
     Shapes: t (B,), x (B, nx), u (B, nu), results (B, ·); ``bound = system.bind(p)`` with p the
     full parameter vector (physical parameters, then network weights: the CasADi layout)."""
 
-    def __init__(self, system: SymbolicSystem, core: str = "auto"):
+    def __init__(self, system: SymbolicSystem, core: str = "auto", dtype: torch.dtype = DTYPE,
+                 device: str | torch.device = "cpu"):
         """``core``: ``auto`` (generated C for the symbolic part of the rhs when a C compiler is
         available, :mod:`pdsl.backend.torch_core`; env ``PDSL_TORCH_CORE=tape`` turns it off),
-        ``c`` (required), or ``tape`` (torch operations only)."""
+        ``c`` (required), or ``tape`` (torch operations only). ``dtype``/``device``: of the
+        tensors this system is evaluated on; the C core is CPU/float64, so ``auto`` falls back to the
+        tape for float32 or a GPU."""
+        self.dtype, self.device = dtype, torch.device(device)
         if system.algebraics:
             raise PdslError.at("NotYetSupported", f"{system.name} is a DAE; the torch backend takes ODE models",
                                system.span, "fit it with the CasADi backend (--backend casadi)")
@@ -472,6 +485,11 @@ class TorchSystem:
         laws = system.input_laws()
         self._laws = laws
         core = os.environ.get("PDSL_TORCH_CORE", core) if core == "auto" else core
+        if core == "auto" and (dtype != torch.float64 or self.device.type != "cpu"):
+            core = "tape"
+        if core == "c" and (dtype != torch.float64 or self.device.type != "cpu"):
+            raise PdslError.at("NotYetSupported", f"{system.name}: the compiled core runs in float64 on the CPU",
+                               system.span, "use core 'auto' or 'tape' for float32 or a GPU")
         self._core = None
         if core in ("auto", "c"):
             from .torch_core import build_core
@@ -550,11 +568,11 @@ class TorchSystem:
 
     def _leaves(self, t, x, bound: Bound, u):
         B = x.shape[0]
-        t = _column(t, B)
+        t = _column(t, B, x)
         leaves = {"t": [t], "x": x.unbind(1), "p": bound.phys}
         if u is not None and u.shape[1]:
             leaves["u"] = u.unbind(1)
-        return _Ctx(B, bound.layers), leaves
+        return _Ctx(B, bound.layers, x), leaves
 
     @property
     def core(self) -> str:
@@ -571,24 +589,24 @@ class TorchSystem:
         if self._core is not None:
             return self._core.rhs(_column(t, x.shape[0]), x, bound, u, mlp_torch)
         ctx, leaves = self._leaves(t, x, bound, u)
-        return _stack_columns(self._rhs.run(ctx, leaves), x.shape[0])
+        return _stack_columns(self._rhs.run(ctx, leaves), x.shape[0], x)
 
     def report(self, t, x: torch.Tensor, bound: Bound) -> torch.Tensor:
         ctx, leaves = self._leaves(t, x, bound, None)
-        return _stack_columns(self._report.run(ctx, leaves), x.shape[0])
+        return _stack_columns(self._report.run(ctx, leaves), x.shape[0], x)
 
     def outputs(self, t, x: torch.Tensor, bound: Bound, u: torch.Tensor | None = None) -> torch.Tensor:
         ctx, leaves = self._leaves(t, x, bound, u)
-        return _stack_columns(self._outputs.run(ctx, leaves), x.shape[0])
+        return _stack_columns(self._outputs.run(ctx, leaves), x.shape[0], x)
 
     def state_from_shown(self, t, s: torch.Tensor, bound: Bound) -> torch.Tensor:
         if self._shown is None:
             return s
         B, n = s.shape[0], self.nx
-        ctx, leaves = self._leaves(t, torch.zeros(B, n, dtype=DTYPE), bound, None)
+        ctx, leaves = self._leaves(t, torch.zeros(B, n, dtype=s.dtype, device=s.device), bound, None)
         vals = self._shown.run(ctx, leaves)
-        J = _stack_columns(vals[: n * n], B).reshape(B, n, n)
-        y0 = _stack_columns(vals[n * n :], B)
+        J = _stack_columns(vals[: n * n], B, s).reshape(B, n, n)
+        y0 = _stack_columns(vals[n * n :], B, s)
         return torch.linalg.solve(J, (s - y0).unsqueeze(-1)).squeeze(-1)
 
 
@@ -634,9 +652,11 @@ def _solve_rows(tape: _Tape, A: sp.Matrix, b: sp.Matrix, unknowns: list) -> dict
         m = len(open_unknowns)
 
         def dense(*vals, m=m):
-            B = max([v.shape[0] for v in vals if isinstance(v, torch.Tensor) and v.dim() == 1] or [1])
-            rhs = _stack_columns(vals[:m], B)
-            M = _stack_columns(vals[m:], B).reshape(B, m, m)
+            cols = [v for v in vals if isinstance(v, torch.Tensor) and v.dim() == 1]
+            B = max([v.shape[0] for v in cols] or [1])
+            like = cols[0] if cols else None
+            rhs = _stack_columns(vals[:m], B, like)
+            M = _stack_columns(vals[m:], B, like).reshape(B, m, m)
             return torch.linalg.solve(M, rhs.unsqueeze(-1)).squeeze(-1)
 
         sol = tape.emit(dense, tuple(entries))

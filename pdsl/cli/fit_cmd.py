@@ -15,6 +15,9 @@ _OVERRIDES = {
     "integrator": "integrator", "substeps": "substeps", "project": "project", "loss": "loss", "lr": "lr", "weight_decay": "weight_decay",
     "seed": "seed", "val_fraction": "val_fraction", "threads": "threads", "formulation": "formulation", "tol": "tol",
     "backend": "backend", "init": "init", "shooting": "shooting", "hessian": "hessian", "start": "start",
+    "implicit_solver": "implicit_solver", "fpi_iters": "fpi_iters", "fpi_tol": "fpi_tol", "gradient": "gradient",
+    "dtype": "dtype", "device": "device", "window": "window", "schedule": "schedule", "patience": "patience",
+    "factor": "factor", "early_stop": "early_stop",
 }
 
 
@@ -63,6 +66,22 @@ def add_parsers(sub, common) -> None:
     p.add_argument("--threads", type=integer, help="threads for the batched chunk loss (default 1)")
     p.add_argument("--backend", choices=("auto", "casadi", "torch"), help="auto (default: torch for networks with adamw) | casadi | torch: how chunk losses are evaluated")
     p.add_argument("--tol", type=finite_float, help="gauss-newton: relative cost decrease that counts as converged")
+    g = p.add_argument_group("implicit integrators, precision, training protocol (docs/fit.md)")
+    g.add_argument("--implicit-solver", choices=("fpi", "newton"),
+                   help="midpoint/gauss2 stage equations: fpi (torch default: RK2 predictor + fixed-point sweeps) | newton")
+    g.add_argument("--fpi-iters", type=integer, metavar="N", help="fixed-point sweeps per step (default 6)")
+    g.add_argument("--fpi-tol", type=finite_float, metavar="TOL", help="stop the sweeps once a sweep changes the step by less than TOL")
+    g.add_argument("--gradient", choices=("adjoint", "unrolled"),
+                   help="implicit steps: adjoint (default: discrete adjoint, memory flat in the rollout) | unrolled (backprop through the sweeps)")
+    g.add_argument("--dtype", choices=("float64", "float32"), help="torch backend precision (default float64)")
+    g.add_argument("--device", help="torch backend device: cpu (default) | cuda | cuda:K")
+    g.add_argument("--window", choices=("chunks", "random"),
+                   help="chunks (default: every disjoint chunk each epoch) | random (one random window per trajectory per epoch)")
+    g.add_argument("--schedule", choices=("cosine", "plateau"), help="adamw learning rate: cosine (default) | plateau (ReduceLROnPlateau)")
+    g.add_argument("--patience", type=integer, help="plateau: epochs without improvement before the lr is reduced (default 10)")
+    g.add_argument("--factor", type=finite_float, help="plateau: lr reduction factor (default 0.5)")
+    g.add_argument("--early-stop", type=integer, metavar="EPOCHS",
+                   help="stop when the validation loss has not improved for EPOCHS epochs (best parameters kept)")
     p.add_argument("--formulation", choices=("hamiltonian", "lagrangian"), help="Cartesian mechanics: Eq. 6 or Eq. 7")
     p.add_argument("--stop-after", type=integer, metavar="EPOCHS", help="stop after this many epochs in total; --resume continues")
     g = p.add_argument_group("regularisers (BENCHMARKS C4, C5.2; adamw)")
@@ -84,7 +103,11 @@ def add_parsers(sub, common) -> None:
 
     p = sub.add_parser("evaluate", help="rollout metrics of a model on test trajectories")
     common(p)
-    p.add_argument("--data", required=True, help="test trajectory CSV")
+    p.add_argument("--data", help="test trajectory CSV (needed unless --energy-grid is given)")
+    p.add_argument("--energy-grid", metavar="NAME=LO:HI:N,...",
+                   help="Table 1's metric (BENCHMARKS B6): MAE of the model's H against --reference on an evenly spaced "
+                        "grid, raw and offset-corrected, e.g. q=-2:2:101,p=-2:2:101")
+    p.add_argument("--reference", metavar="MODEL.phm", help="the reference (true) model of --energy-grid")
     p.add_argument("--params", help="fitted parameters (JSON written by `pdsl fit`)")
     _data_flags(p)
     p.add_argument("--integrator", default=None, help="cvodes (default), cvodes-bdf, rk4, midpoint, gauss2, euler")
@@ -197,6 +220,10 @@ def _print_summary(summary: dict, out_dir: str) -> None:
         print(f"  {name} = {summary['params'][name]:.8g}" + (f" ± {se:.2g}" if se is not None else ""))
     for note in summary.get("notes") or ():
         print(f"  note: {note}")
+    sat = summary.get("saturation")
+    if sat is not None and (sat["stopped"] or summary.get("early_stop")):
+        print(f"  validation loss saturated at epoch {sat['epoch']} ({sat['seconds']:.3g} s of training)"
+              + ("; stopped early, best parameters kept" if sat["stopped"] else ""))
     if summary.get("solver_status"):
         cont = summary.get("continuity")
         print(f"  ipopt: {summary['solver_status']}" + (f"; max constraint violation {cont:.2e}" if cont is not None else ""))
@@ -211,9 +238,6 @@ def _print_summary(summary: dict, out_dir: str) -> None:
 
 
 def cmd_evaluate(args) -> int:
-    import json
-
-    from ..data.csvio import atomic_path
     from ..fit.data import load_dataset
     from ..fit.evaluate import evaluate, format_table, plot_scores
     from ..fit.run import apply_fitted
@@ -222,10 +246,22 @@ def cmd_evaluate(args) -> int:
 
     if not 0 < args.rtol < 1:
         raise PdslError.at("BadOption", f"--rtol must be between 0 and 1, got {args.rtol}")
+    if (args.energy_grid is None) != (args.reference is None):
+        raise PdslError.at("BadOption", "--energy-grid and --reference go together",
+                           hint="e.g. --energy-grid q=-2:2:101,p=-2:2:101 --reference models/double_well.phm")
+    if args.data is None and args.energy_grid is None:
+        raise PdslError.at("BadOption", "evaluate needs --data CSV (rollout metrics) or --energy-grid with --reference")
     compiled = compile_model(args.file, compile_options(args))
     m, num = compiled.model, compiled.numeric
     if args.params:
         num = apply_fitted(num, args.params)
+    summary: dict = {}
+    if args.energy_grid is not None:
+        summary["energy_grid"] = _energy_grid(args, num)
+    if args.data is None:
+        if args.json:
+            _dump_json(args.json, summary)
+        return EXIT_OK
     from ..fit.run import fit_inputs
     from ..sim.simulate import parse_assignment
 
@@ -237,17 +273,45 @@ def cmd_evaluate(args) -> int:
                            hint="evaluate on data with every state column (e.g. from `pdsl simulate`)")
     if args.substeps < 1:
         raise PdslError.at("BadOption", f"--substeps must be a positive integer, got {args.substeps}")
-    scores, summary = evaluate(num, data, integrator=args.integrator, rtol=args.rtol, substeps=args.substeps,
+    scores, rollout = evaluate(num, data, integrator=args.integrator, rtol=args.rtol, substeps=args.substeps,
                                backend=args.backend)
     print(f"{m.name}: {len(scores)} trajectories of {args.data}, rollouts from each first sample")
-    print(format_table(summary))
+    print(format_table(rollout))
+    summary = {**rollout, **summary}
     if args.json:
-        def dump():
-            with atomic_path(args.json) as tmp:
-                tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-        _write(dump, args.json)
-        print(f"  summary -> {args.json}")
+        _dump_json(args.json, summary)
     if args.plot:
         _write(lambda: plot_scores(args.plot, scores, f"{m.name}: bounded relative error"), args.plot)
         print(f"  plot -> {args.plot}")
     return EXIT_OK
+
+
+def _dump_json(path, summary: dict) -> None:
+    import json
+
+    from ..data.csvio import atomic_path
+    from .main import _write
+
+    def dump():
+        with atomic_path(path) as tmp:
+            tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+
+    _write(dump, path)
+    print(f"  summary -> {path}")
+
+
+def _energy_grid(args, num) -> dict:
+    """--energy-grid with --reference: print and return the raw and offset-corrected MAE of H."""
+    from ..fit.energy_grid import energy_on_grid, grid_errors, parse_grid
+    from ..pipeline import CompileOptions, compile_model
+
+    grid = parse_grid(args.energy_grid, num.x_names)
+    ref = compile_model(args.reference, CompileOptions(formulation=getattr(args, "formulation", "hamiltonian"))).numeric
+    H = energy_on_grid(num, grid, "the model")
+    H_ref = energy_on_grid(ref, grid, "the reference")
+    err = grid_errors(H, H_ref)
+    shape = " x ".join(str(len(grid[n])) for n in num.x_names)
+    print(f"{num.system.name} vs {ref.system.name}: H on a {shape} grid ({err.points} points)")
+    print(f"  MAE of H: raw {err.mae:.4e}; offset-corrected {err.mae_offset_corrected:.4e} "
+          f"(offset mean(H − H_ref) = {err.offset:.4e}; max |error| after the offset {err.max_offset_corrected:.4e})")
+    return err.to_dict()

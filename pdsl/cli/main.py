@@ -54,6 +54,8 @@ def _common(p: argparse.ArgumentParser, *, model: bool = True, many: bool = Fals
     if model:
         p.add_argument("--model", help="which model of the file (needed when it holds several)")
     p.add_argument("--const", action="append", default=[], metavar="NAME=INT", help="override a structural const")
+    p.add_argument("--no-cache", action="store_true",
+                   help="neither read nor write the compiled-model cache (PDSL_CACHE_DIR; also PDSL_NO_CACHE=1)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -121,6 +123,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "- writes CSV to standard output (the summary then goes to standard error)")
     p.add_argument("--columns", metavar="NAMES",
                    help="comma-separated columns to write, in this order (t, and traj with --random-init, are kept)")
+    p.add_argument("--noise", type=finite_float, metavar="SIGMA",
+                   help="add Gaussian noise SIGMA·N(0, 1) to every written column but t and traj (seeded by --noise-seed)")
+    p.add_argument("--noise-seed", type=integer, default=None, help="seed of --noise (default: --seed)")
+    p.add_argument("--noise-spare-t0", action="store_true", help="--noise: leave each trajectory's first sample exact")
+    p.add_argument("--params", metavar="params.json",
+                   help="parameter values and network weights of a fit (`pdsl fit` writes params.json and networks.npz)")
     p.add_argument("--plot", metavar="OUT.png", help="plot every state against time")
     p.add_argument("--animate", metavar="OUT.gif", help="animate the mechanism (models with bodies) as a GIF")
     p.add_argument("--power", action="store_true",
@@ -323,12 +331,20 @@ def cmd_simulate(args) -> int:
             raise PdslError.at("BadOption", f"{opt} must be between 0 and 1, got {v}")
     if (args.baumgarte_alpha is not None or args.baumgarte_beta is not None) and args.stabilize != "baumgarte":
         raise PdslError.at("BadOption", "--baumgarte-alpha/--baumgarte-beta need --stabilize baumgarte")
-    compiled = compile_model(args.file, compile_options(
-        args, numeric=False, stabilize="baumgarte" if args.stabilize == "baumgarte" else "none"))
+    compiled = compile_model(args.file, compile_options(  # --power adds outputs to the symbolic system first
+        args, numeric=not args.power, stabilize="baumgarte" if args.stabilize == "baumgarte" else "none"))
     m, system = compiled.model, compiled.system
     if args.power:
         system = _with_power_outputs(m, system)
-    num = to_casadi(system)
+        num = to_casadi(system)
+    else:
+        num = compiled.numeric
+    if args.params:  # a fit's values and network weights as the defaults
+        from ..fit.run import apply_fitted
+
+        num = apply_fitted(num, args.params)
+    if args.noise is not None and not args.noise > 0:
+        raise PdslError.at("BadOption", f"--noise must be a positive number, got {args.noise}")
     init = {}
     for item in args.init:
         name, value = parse_assignment(item, "--init")
@@ -361,6 +377,7 @@ def cmd_simulate(args) -> int:
         from ..data.formats import parse_columns, select_columns
 
         names, data = select_columns(names, data, parse_columns(args.columns))
+    data = _noisy(args, names, data)
     _write(lambda: write_table(args.output, names, data), args.output)
     how = f"rtol {args.rtol:g}" if "rtol" in res.info else f"h = {args.dt / args.substeps:g}"
     print(f"{m.name}: {len(grid)} samples, t = 0 … {grid[-1]:g}, {res.info['integrator']} {how} -> {args.output}")
@@ -377,6 +394,8 @@ def cmd_simulate(args) -> int:
             print(f"    ... and {len(proj.changes) - 12} more")
     if res.energy is not None:
         print(_energy_line(res))
+    for b in res.info.get("balances", ()):
+        print(f"  {b.label}: max |d/dt {b.name} − rate| = {b.max_residual:.3e} along the trajectory")
     _print_baumgarte(res.info)
     if res.constraint_rms is not None:
         print(f"  constraint violation: final RMS {res.constraint_rms[-1]:.3e}, max RMS {res.constraint_rms.max():.3e}")
@@ -391,6 +410,18 @@ def cmd_simulate(args) -> int:
         _write(lambda: animate_bodies(res, system, args.animate), args.animate)
         print(f"  animation -> {args.animate}")
     return EXIT_OK
+
+
+def _noisy(args, names, data):
+    """--noise SIGMA on the written columns (pdsl.fit.data.add_noise), with a printed note."""
+    if args.noise is None:
+        return data
+    from ..fit.data import add_noise
+
+    seed = args.seed if args.noise_seed is None else args.noise_seed
+    print(f"  noise: σ = {args.noise:g} on every column but t and traj (seed {seed}"
+          + (", first samples exact)" if args.noise_spare_t0 else ")"), file=sys.stderr if args.output == "-" else sys.stdout)
+    return add_noise(names, data, args.noise, seed, args.noise_spare_t0)
 
 
 def _sampler(args, m, num, p):
@@ -484,6 +515,7 @@ def _simulate_random(args, m, num, grid, init, params, inputs) -> int:
         from ..data.formats import parse_columns, select_columns
 
         names, data = select_columns(names, data, parse_columns(args.columns))
+    data = _noisy(args, names, data)
     _write(lambda: write_table(args.output, names, data), args.output)
     origin = f"initial states from {args.init_data}" if args.init_data is not None else f"seed {args.seed}"
     print(f"{m.name}: {len(runs)} trajectories × {len(grid)} samples ({origin}) -> {args.output}")
@@ -603,6 +635,8 @@ def _run_command(args) -> int:
                            hint="`-o -` (CSV on standard output) is for `pdsl simulate`")
     start = time.perf_counter()
     with contextlib.ExitStack() as stack:
+        store = _model_cache(args)
+        stack.enter_context(_cache_scope(store))
         if getattr(args, "output", None) == "-" and args.command == "simulate":
             stack.enter_context(summary_to_stderr())
         if args.summary_quiet:
@@ -610,8 +644,26 @@ def _run_command(args) -> int:
             stack.enter_context(contextlib.redirect_stdout(null))
         code = COMMANDS[args.command](args)
     if args.verbose:
-        print(f"pdsl {args.command}: {time.perf_counter() - start:.3f} s", file=sys.stderr)
+        cached = f" (compiled-model cache: {store.last})" if store is not None and store.last else ""
+        print(f"pdsl {args.command}: {time.perf_counter() - start:.3f} s{cached}", file=sys.stderr)
     return code
+
+
+def _model_cache(args):
+    """The compiled-model cache of this run (pdsl.cache), or None with --no-cache / PDSL_NO_CACHE."""
+    import os
+
+    if getattr(args, "no_cache", False) or os.environ.get("PDSL_NO_CACHE", "").strip() not in ("", "0"):
+        return None
+    from ..cache import ModelCache
+
+    return ModelCache()
+
+
+def _cache_scope(store):
+    from ..cache import using
+
+    return using(store)
 
 
 def main(argv: list[str] | None = None) -> int:

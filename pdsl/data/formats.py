@@ -194,10 +194,10 @@ def write_csv_stdout(columns, data) -> None:
     """``-o -``: the CSV on standard output (the real one, also under :func:`summary_to_stderr`)."""
     out = _data_stdout or sys.stdout
     try:
-        w = csv.writer(out, lineterminator="\n")
-        w.writerow(list(columns))
-        for row in np.asarray(data, dtype=float):
-            w.writerow([repr(float(v)) for v in row])
+        from .csvio import write_rows
+
+        csv.writer(out, lineterminator="\n").writerow(list(columns))
+        write_rows(out, data, "\n")
         out.flush()
     except BrokenPipeError:  # the reader (`head`) has what it wanted: stop quietly, like any filter
         import os

@@ -13,7 +13,7 @@ from .params import ParamLayout
 
 __all__ = ["TORCH_INTEGRATORS", "BACKENDS", "torch_unsupported", "choose_backend", "make_loss"]
 
-TORCH_INTEGRATORS = ("rk4", "euler", "rk2")
+TORCH_INTEGRATORS = ("rk4", "euler", "rk2", "midpoint", "gauss2")
 BACKENDS = ("auto", "casadi", "torch")
 
 
@@ -35,11 +35,16 @@ def torch_unsupported(num: NumericSystem, spec: LossSpec) -> str | None:
 def choose_backend(cfg, num: NumericSystem, layout: ParamLayout, spec: LossSpec) -> str:
     """``cfg.backend``, with ``auto`` resolved: torch for models with networks trained by AdamW
     (matrix–matrix products over the batch), CasADi otherwise (Gauss–Newton's Jacobians, implicit
-    integrators, projections, regularisers, DAE models)."""
+    projections, regularisers, DAE models). ``--dtype float32`` and ``--device cuda`` need torch."""
     want = getattr(cfg, "backend", "auto") or "auto"
     if want not in BACKENDS:
         raise PdslError.at("BadOption", f"--backend {want}: unknown", hint="one of: " + ", ".join(BACKENDS))
     why = torch_unsupported(num, spec)
+    if spec.dtype != "float64" or spec.device != "cpu":
+        if want == "casadi":
+            raise PdslError.at("BadOption", f"--dtype {spec.dtype} --device {spec.device}: the CasADi backend runs "
+                               "in float64 on the CPU", hint="use --backend torch (or auto)")
+        want = "torch"
     if getattr(cfg, "equilibrium", None) or getattr(cfg, "sparsity", None):
         why = why or "regularisers (equilibrium, sparsity) are evaluated by the CasADi backend"
     if cfg.method != "adamw":

@@ -56,10 +56,21 @@ class FitConfig:
     map: dict | None = None  # [map] file column -> model name (time = "t", run = "traj", ...)
     noise: dict | None = None  # [noise] column -> measurement noise σ (the residual weight is 1/σ)
     input: dict | None = None  # [input] exogenous input -> expression of t (pdsl syntax), when not a data column
+    implicit_solver: str | None = None  # midpoint/gauss2: fpi | newton (default: fpi on torch, newton on CasADi)
+    fpi_iters: int | None = None  # fixed-point sweeps per step (default 6, B3.2)
+    fpi_tol: float | None = None  # stop the sweeps at this step change (at most fpi_iters sweeps)
+    gradient: str | None = None  # adjoint (discrete adjoint) | unrolled (backprop through the sweeps)
+    dtype: str = "float64"  # torch backend: float64 | float32
+    device: str = "cpu"  # torch backend: cpu | cuda | cuda:K
+    window: str = "chunks"  # chunks (all disjoint chunks, A5) | random (one random chunk per trajectory per epoch, B5)
+    schedule: str = "cosine"  # cosine (A5) | plateau (ReduceLROnPlateau on the validation loss, B5)
+    patience: int = 10  # plateau: epochs without improvement before the lr is reduced (x factor)
+    factor: float = 0.5  # plateau: lr reduction factor
+    early_stop: int | None = None  # stop when the validation loss has not improved for this many epochs
 
 
 _TYPES = {f.name: f.type for f in fields(FitConfig)}
-_NO_FINGERPRINT = {"epochs", "threads", "backend"}  # may change between a run and its resumption
+_NO_FINGERPRINT = {"epochs", "threads", "backend", "device"}  # may change between a run and its resumption
 
 
 def _toml_error(path: str, text: str, key: str | None, message: str, hint: str | None = None,
@@ -169,6 +180,47 @@ def check_options(cfg: FitConfig) -> None:
     for name, sigma in (cfg.noise or {}).items():
         if not (math.isfinite(sigma) and sigma > 0):
             raise PdslError.at("BadOption", f"--noise {name}: σ must be a positive finite number, got {sigma}")
+    check_training_options(cfg)
+
+
+def check_training_options(cfg: FitConfig) -> None:
+    """The implicit solver, gradient, dtype/device, windows and schedule settings (issue 15)."""
+    choices = {"implicit_solver": (None, "fpi", "newton"), "gradient": (None, "adjoint", "unrolled"),
+               "dtype": ("float64", "float32"), "window": ("chunks", "random"), "schedule": ("cosine", "plateau")}
+    for name, allowed in choices.items():
+        value = getattr(cfg, name)
+        if value not in allowed:
+            raise PdslError.at("BadOption", f"--{name.replace('_', '-')} {value}: unknown",
+                               hint="one of: " + ", ".join(a for a in allowed if a))
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", str(cfg.device)):
+        raise PdslError.at("BadOption", f"--device {cfg.device}: unknown", hint="cpu, cuda or cuda:K")
+    if cfg.fpi_iters is not None and cfg.fpi_iters < 1:
+        raise PdslError.at("BadOption", f"--fpi-iters must be a positive integer, got {cfg.fpi_iters}")
+    if cfg.fpi_tol is not None and not (math.isfinite(cfg.fpi_tol) and cfg.fpi_tol > 0):
+        raise PdslError.at("BadOption", f"--fpi-tol must be a positive number, got {cfg.fpi_tol}")
+    if cfg.patience < 1 or cfg.early_stop is not None and cfg.early_stop < 1:
+        raise PdslError.at("BadOption", "--patience and --early-stop must be positive integers")
+    if not (math.isfinite(cfg.factor) and 0 < cfg.factor < 1):
+        raise PdslError.at("BadOption", f"--factor must be in (0, 1), got {cfg.factor}")
+    if cfg.gradient == "unrolled" and cfg.implicit_solver == "newton":
+        raise PdslError.at("BadOption", "--gradient unrolled backpropagates through fixed-point sweeps, not Newton",
+                           hint="use --implicit-solver fpi, or --gradient adjoint")
+    implicit = (cfg.implicit_solver, cfg.fpi_iters, cfg.fpi_tol, cfg.gradient)
+    if cfg.integrator not in ("midpoint", "gauss2") and any(v is not None for v in implicit):
+        raise PdslError.at("BadOption", f"--implicit-solver, --fpi-iters, --fpi-tol and --gradient apply to the implicit "
+                           f"integrators, not {cfg.integrator}", hint="use --integrator midpoint or gauss2")
+    if cfg.implicit_solver == "newton" and cfg.fpi_iters is not None:
+        raise PdslError.at("BadOption", "--fpi-iters sets fixed-point sweeps; the solver is newton",
+                           hint="drop --fpi-iters, or use --implicit-solver fpi")
+
+
+def step_options(cfg: FitConfig) -> dict:
+    """The implicit schemes' settings the user gave (each backend fills its own defaults)."""
+    out = {}
+    for key, name in (("solver", "implicit_solver"), ("n_iter", "fpi_iters"), ("tol", "fpi_tol"), ("gradient", "gradient")):
+        if getattr(cfg, name) is not None:
+            out[key] = getattr(cfg, name)
+    return out
 
 
 def resolve_defaults(cfg: FitConfig, has_networks: bool) -> FitConfig:

@@ -315,6 +315,45 @@ def split_validation(ds: Dataset, fraction: float, seed: int) -> tuple[Dataset, 
     return ds.subset(train), ds.subset(val)
 
 
+def add_noise(names, data: np.ndarray, sigma: float, seed: int, spare_t0: bool = False) -> np.ndarray:
+    """``data`` with Gaussian noise σ·N(0, 1) on every column but ``t`` and ``traj`` (BENCHMARKS
+    B5: additive noise at every time step), drawn from ``default_rng(seed)``; with ``spare_t0`` the
+    first sample of every trajectory is left exact. Returns a new array."""
+    out = np.array(data, dtype=float, copy=True)
+    cols = [k for k, n in enumerate(names) if n not in ("t", "traj")]
+    noise = sigma * np.random.default_rng(seed).standard_normal((out.shape[0], len(cols)))
+    if spare_t0 and "t" in names:
+        t = out[:, list(names).index("t")]
+        first = np.ones(len(t), dtype=bool)
+        if "traj" in names:
+            tr = out[:, list(names).index("traj")]
+            first[1:] = tr[1:] != tr[:-1]
+        else:
+            first[1:] = False
+        noise[first] = 0.0
+    out[:, cols] += noise
+    return out
+
+
+def random_windows(ds: Dataset, steps: int, rng: np.random.Generator) -> Chunks:
+    """One window of ``steps`` intervals per trajectory, at a start drawn uniformly from ``rng``
+    (BENCHMARKS B5: a random time step along each trajectory, a fresh draw every epoch)."""
+    S0, Y, U, T, origin, Y0 = [], [], [], [], [], []
+    for j, tr in enumerate(ds.trajectories):
+        if len(tr) <= steps:
+            continue
+        s = int(rng.integers(0, len(tr) - steps))
+        S0.append(tr.S[s])
+        Y0.append(tr.Y[s])
+        Y.append(tr.Y[s + 1 : s + steps + 1].T)
+        U.append(tr.U[s : s + steps + 1].T)
+        T.append(tr.t[s : s + steps + 1])
+        origin.append((j, s))
+    if not S0:
+        return make_chunks(ds, steps)
+    return Chunks(np.array(S0), np.array(Y), np.array(U), np.array(T), np.array(origin, dtype=int), np.array(Y0))
+
+
 def make_chunks(ds: Dataset, steps: int, stride: int | None = None) -> Chunks:
     """Every window of ``steps`` intervals starting at 0, stride, 2·stride, ... (stride = steps: disjoint)."""
     stride = steps if stride is None else stride

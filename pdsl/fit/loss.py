@@ -57,8 +57,10 @@ class LossSpec:
     weights: tuple[float, ...] | None = None  # per observed column (default 1)
     threads: int = 1
     project: int = 0  # Newton steps projecting each chunk's first state onto the constraints (0: none)
-    step_options: dict = field(default_factory=dict)
+    step_options: dict = field(default_factory=dict)  # implicit schemes: solver, n_iter, tol, gradient
     variable_step: bool = False  # irregular sampling: each interval's length comes from the sample times
+    dtype: str = "float64"  # torch backend: float64 | float32
+    device: str = "cpu"  # torch backend: cpu | cuda[:k]
 
 
 # ---------------------------------------------------------------- model pieces
@@ -169,6 +171,24 @@ def _interval(num: NumericSystem, method: str, substeps: int, dt: float | None, 
     return ca.Function("interval", args, [xk], names, ["x_next"])
 
 
+def casadi_step_options(spec: LossSpec) -> dict:
+    """``make_step`` options of the CasADi backend from ``spec.step_options``: a Newton rootfinder
+    (gradient by the implicit-function theorem: the discrete adjoint) by default, or ``fpi`` sweeps
+    differentiated by unrolling (CasADi AD through the graph)."""
+    o = dict(spec.step_options or {})
+    if spec.method not in ("midpoint", "gauss2"):
+        return {}
+    solver = o.get("solver", "newton")
+    gradient = o.get("gradient", "adjoint" if solver == "newton" else "unrolled")
+    if (solver, gradient) not in (("newton", "adjoint"), ("fpi", "unrolled")):
+        raise PdslError.at("BadOption", f"--implicit-solver {solver} --gradient {gradient}: not on the CasADi backend",
+                           hint="the CasADi backend differentiates Newton by its adjoint and fixed-point sweeps by "
+                                "unrolling; the discrete adjoint of FPI runs on --backend torch")
+    if solver == "fpi":
+        return {"solver": "fpi", "n_iter": int(o.get("n_iter", 6))}
+    return {"solver": "newton", "tol": o.get("tol") or _IMPLICIT_TOL}
+
+
 def _call(fn: ca.Function, *args):
     """Evaluate ``fn``; a failed implicit stage solve becomes a located user error."""
     try:
@@ -193,9 +213,7 @@ class ChunkLoss:
         self.g = state_from_shown(num)
         self.project = projection_function(num, spec.project) if spec.project else None
         self.obs = observation_function(num, observed)
-        options = dict(spec.step_options)
-        if spec.method in ("midpoint", "gauss2"):
-            options.setdefault("tol", _IMPLICIT_TOL)
+        options = casadi_step_options(spec)
         if spec.variable_step:
             self.interval = make_variable_interval(num, spec.method, spec.substeps, **options)
         else:

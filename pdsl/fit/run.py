@@ -22,8 +22,8 @@ from ..pipeline import CompileOptions, compile_model
 from . import checkpoint as ck
 from . import outputs as out
 from . import regularize
-from .config import FitConfig, fingerprint, resolve_defaults
-from .data import Dataset, make_chunks, split_validation, load_dataset
+from .config import FitConfig, fingerprint, resolve_defaults, step_options
+from .data import Dataset, make_chunks, random_windows, split_validation, load_dataset
 from .loss import ChunkLoss, LossSpec
 from .backends import make_loss
 from .params import ParamLayout, bounds_violation, make_layout
@@ -108,7 +108,8 @@ def prepare(model_path: str, model_name: str | None, cfg: FitConfig, consts: Map
     train, val = split_validation(data, cfg.val_fraction, cfg.seed)
     spec = LossSpec(steps=cfg.chunk, dt=data.dt, method=cfg.integrator, substeps=cfg.substeps, loss=cfg.loss,
                     threads=cfg.threads, project=cfg.project, variable_step=not data.uniform,
-                    weights=noise_weights(cfg.noise, data.observed))
+                    weights=noise_weights(cfg.noise, data.observed), step_options=step_options(cfg),
+                    dtype=cfg.dtype, device=cfg.device)
     loss = make_loss(num, layout, spec, data.observed, cfg)  # CasADi or torch backend (cfg.backend)
     loss = regularize.wrap_loss(loss, cfg, m, num, layout, train)  # equilibrium / sparsity terms, when set
     return FitRun(model_path, m, num, layout, cfg, data, train, val, loss, p_start)
@@ -339,7 +340,12 @@ def run_fit(model_path: str, model_name: str | None, cfg: FitConfig, out_dir: st
     _check_start_loss(run, np.asarray(state.theta, dtype=float), train_chunks)
     c = run.cfg
     opts = TrainOptions(epochs=c.epochs, batch=c.batch, lr=c.lr, lr_min=c.lr_min, weight_decay=c.weight_decay,
-                        seed=c.seed, tol=c.tol, stop_after=stop_after, progress=progress)
+                        seed=c.seed, tol=c.tol, stop_after=stop_after, progress=progress, schedule=c.schedule,
+                        patience=c.patience, factor=c.factor, early_stop=c.early_stop,
+                        windows=_random_windows(run) if c.window == "random" else None)
+    if (c.window != "chunks" or c.schedule != "cosine" or c.early_stop) and c.method != "adamw":
+        raise PdslError.at("BadOption", "--window random, --schedule plateau and --early-stop are adamw settings",
+                           hint="use --method adamw")
     segments = make_segments(run.train, c.chunk) if c.shooting == "multiple" else None
     log(_banner(run, len(train_chunks), len(val_chunks), state.epoch, segments))
     t0 = time.perf_counter()
@@ -367,6 +373,12 @@ def run_fit(model_path: str, model_name: str | None, cfg: FitConfig, out_dir: st
     if result.finished:
         _write_outputs(run, result, summary, out_dir)
     return summary
+
+
+def _random_windows(run: FitRun):
+    """epoch -> one random window of ``chunk`` steps per training trajectory (seeded by seed, epoch)."""
+    c = run.cfg
+    return lambda epoch: random_windows(run.train, c.chunk, np.random.default_rng([c.seed, epoch, 15]))
 
 
 def identifiability(run: FitRun, result: Result, train_chunks, batch: int = 200):
@@ -443,7 +455,10 @@ def _summary(run: FitRun, result: Result, elapsed: float) -> dict:
         "params": {n: float(p[i]) for i, n in enumerate(run.num.p_names[: lay.n_phys])},
         "free": list(lay.free_names), "stderr": stderr,
         "train_loss": h["train"][-1] if h["train"] else None, "val_loss": h["val"][-1] if h["val"] else None,
-        "seconds": elapsed, "history": h,
+        "seconds": elapsed, "history": h, "early_stop": run.cfg.early_stop,
+        "saturation": ({"epoch": result.state.extra["best_epoch"], "seconds": result.state.extra["saturation_seconds"],
+                        "val_loss": result.state.extra["best_val"], "stopped": bool(result.state.extra.get("early_stopped"))}
+                       if result.state.extra.get("best_epoch") is not None else None),
     }
 
 

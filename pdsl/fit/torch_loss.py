@@ -1,11 +1,14 @@
 """The chunk rollout loss of BENCHMARKS A5 on the torch backend (:mod:`pdsl.backend.torch_backend`).
 
 The same loss as :class:`pdsl.fit.loss.ChunkLoss` — same initial-state map (shown columns ->
-state, p = M v with the current masses), same fixed-step scheme per data interval (``rk4``, ``rk2`` or
-``euler``, ``substeps`` steps, inputs linear in time between samples), same observed columns,
-weights and batch mean — evaluated for a whole batch of chunks at once: every state is a row of a
-(B, nx) tensor, every network layer one matrix–matrix product over the batch, and the gradient is
-torch autograd through the rollout (no adjoint ODE, as A5). θ -> p applies the bounds'
+state, p = M v with the current masses), same fixed-step scheme per data interval (``rk4``, ``rk2``,
+``euler``, or the implicit ``midpoint`` and ``gauss2``; ``substeps`` steps, inputs linear in time
+between samples), same observed columns, weights and batch mean — evaluated for a whole batch of
+chunks at once: every state is a row of a (B, nx) tensor, every network layer one matrix–matrix
+product over the batch. The gradient is torch autograd through the rollout for the explicit
+schemes (no adjoint ODE, as A5); an implicit step is solved by fixed-point sweeps or Newton and
+differentiated by its discrete adjoint or by backpropagation through the sweeps
+(:mod:`pdsl.numerics.torch_steps`; BENCHMARKS B3.2, B4). θ -> p applies the bounds'
 reparametrisations of :mod:`pdsl.fit.params` in torch.
 
 AdamW trains on :meth:`TorchChunkLoss.objective` (a torch scalar, differentiated by
@@ -20,7 +23,8 @@ import numpy as np
 import torch
 
 from ..backend.functions import NumericSystem
-from ..backend.torch_backend import DTYPE, Bound, TorchSystem
+from ..backend.torch_backend import Bound, TorchSystem
+from ..numerics.torch_steps import StepOptions, rk_step
 from ..diagnostics import InternalError, PdslError
 from .data import Chunks, Trajectory
 from .loss import LOSSES, LossSpec
@@ -31,6 +35,17 @@ __all__ = ["TorchChunkLoss", "TORCH_INTEGRATORS", "BACKENDS", "torch_unsupported
 
 def _t(a) -> torch.Tensor:
     return torch.as_tensor(np.ascontiguousarray(a, dtype=np.float64))
+
+
+DTYPES = {"float64": torch.float64, "float32": torch.float32}
+
+
+def step_options(spec: LossSpec) -> StepOptions:
+    """The implicit schemes' solver and gradient from ``spec.step_options`` (torch defaults: the
+    paper's FPI, 6 sweeps, discrete adjoint)."""
+    o = spec.step_options or {}
+    return StepOptions(solver=o.get("solver", "fpi"), n_iter=int(o.get("n_iter", 6)), tol=o.get("tol"),
+                       gradient=o.get("gradient", "adjoint"))
 
 
 class TorchChunkLoss:
@@ -45,7 +60,10 @@ class TorchChunkLoss:
         if why:
             raise PdslError.at("BadOption", f"--backend torch: {why}", hint="use --backend casadi")
         self.num, self.layout, self.spec, self.observed = num, layout, spec, observed
-        self.system = TorchSystem(num.system)
+        self.dtype = DTYPES[getattr(spec, "dtype", "float64")]
+        self.device = torch.device(getattr(spec, "device", "cpu"))
+        self.step_opts = step_options(spec)
+        self.system = TorchSystem(num.system, dtype=self.dtype, device=self.device)
         if self.system.report_names != num.report_names or self.system.n_p != len(num.p_names):
             raise InternalError("the torch and CasADi backends disagree on the model's columns")
         self._pick = []  # per observed column: ("report" | "output", index)
@@ -54,14 +72,18 @@ class TorchChunkLoss:
                 self._pick.append(("report", num.report_names.index(name)))
             else:
                 self._pick.append(("output", num.y_names.index(name)))
-        self._rep_idx = torch.tensor([i for k, i in self._pick if k == "report"], dtype=torch.long)
-        self._out_idx = torch.tensor([i for k, i in self._pick if k == "output"], dtype=torch.long)
+        self._rep_idx = torch.tensor([i for k, i in self._pick if k == "report"], dtype=torch.long, device=self.device)
+        self._out_idx = torch.tensor([i for k, i in self._pick if k == "output"], dtype=torch.long, device=self.device)
         self._all_report = [k for k, _ in self._pick] == ["report"] * len(self._pick)
         order = [j for j, (k, _) in enumerate(self._pick) if k == "report"] + [j for j, (k, _) in enumerate(self._pick) if k == "output"]
-        self._unpermute = torch.tensor(np.argsort(order), dtype=torch.long)
+        self._unpermute = torch.tensor(np.argsort(order), dtype=torch.long, device=self.device)
         w = np.ones(len(observed)) if spec.weights is None else np.asarray(spec.weights, dtype=float)
-        self.weights = torch.tensor(w, dtype=DTYPE)
-        self._p_base = torch.tensor(np.asarray(layout.p_base[: layout.n_phys], dtype=float), dtype=DTYPE)
+        self.weights = self.tensor(w)
+        self._p_base = self.tensor(np.asarray(layout.p_base[: layout.n_phys], dtype=float))
+
+    def tensor(self, a) -> torch.Tensor:
+        """An array as a tensor of this loss's dtype and device."""
+        return torch.as_tensor(np.ascontiguousarray(a, dtype=np.float64)).to(dtype=self.dtype, device=self.device)
 
     # ---- parameters
     def p_of_theta(self, theta: torch.Tensor) -> torch.Tensor:
@@ -87,29 +109,20 @@ class TorchChunkLoss:
         return torch.cat([phys, theta[lay.n_free :]]) if lay.n_weights else phys
 
     # ---- the rollout
-    def _interval(self, x, bound: Bound, u0, u1, tk):
+    def _interval(self, x, p: torch.Tensor, bound: Bound, u0, u1, tk):
+        """``substeps`` steps of the spec's scheme over one data interval (the tableaus of
+        :func:`pdsl.numerics.tableau`; implicit ones by :func:`pdsl.numerics.torch_steps.rk_step`)."""
         spec = self.spec
         dt, h = spec.dt, spec.dt / spec.substeps
         f = self.system.rhs
         nu = u0.shape[1]
 
-        def rhs(tau, x):
+        def rhs(tau, x, bnd):
             u = u0 + (tau / dt) * (u1 - u0) if nu else None
-            return f(tk + tau, x, bound, u)
+            return f(tk + tau, x, bnd, u)
 
         for j in range(spec.substeps):
-            t0 = j * h
-            if spec.method == "euler":
-                x = x + h * rhs(t0, x)
-                continue
-            if spec.method == "rk2":  # explicit midpoint: x + h f(x + h/2 f(x))
-                x = x + h * rhs(t0 + h / 2, x + (h / 2) * rhs(t0, x))
-                continue
-            k1 = rhs(t0, x)
-            k2 = rhs(t0 + h / 2, x + (h / 2) * k1)
-            k3 = rhs(t0 + h / 2, x + (h / 2) * k2)
-            k4 = rhs(t0 + h, x + h * k3)
-            x = x + (h / 6) * (k1 + 2 * k2 + 2 * k3 + k4)
+            x = rk_step(rhs, spec.method, h, j * h, x, p=p, bind=self.system.bind, bound=bound, opts=self.step_opts)
         return x
 
     def _observe(self, t, x, bound: Bound, u):
@@ -128,7 +141,7 @@ class TorchChunkLoss:
         x = self.system.state_from_shown(T[:, 0], S0, bound)
         out = []
         for k in range(T.shape[1] - 1):
-            x = self._interval(x, bound, U[:, :, k], U[:, :, k + 1], T[:, k])
+            x = self._interval(x, p, bound, U[:, :, k], U[:, :, k + 1], T[:, k])
             out.append(self._observe(T[:, k + 1], x, bound, U[:, :, k + 1]))
         return torch.stack(out, 2)
 
@@ -139,15 +152,15 @@ class TorchChunkLoss:
     def objective(self, theta: torch.Tensor, chunks: Chunks) -> torch.Tensor:
         """The batch mean loss as a differentiable torch scalar of θ."""
         p = self.p_of_theta(theta)
-        Yhat = self.rollout(p, _t(chunks.S0), _t(chunks.U), _t(chunks.T))
-        R = (Yhat - _t(chunks.Y)) * self.weights[None, :, None]
+        Yhat = self.rollout(p, self.tensor(chunks.S0), self.tensor(chunks.U), self.tensor(chunks.T))
+        R = (Yhat - self.tensor(chunks.Y)) * self.weights[None, :, None]
         total = R.abs().sum() if self.spec.loss == "l1" else (R * R).sum()
         return total * self.entry_scale(len(chunks))
 
     def value(self, theta: np.ndarray, chunks: Chunks, batch: int = 256) -> float:
         if len(chunks) == 0:
             return float("nan")
-        th = _t(theta)
+        th = self.tensor(theta)
         total = 0.0
         with torch.no_grad():
             for start in range(0, len(chunks), batch):
@@ -156,13 +169,14 @@ class TorchChunkLoss:
         return total / len(chunks)
 
     def value_grad(self, theta: np.ndarray, chunks: Chunks) -> tuple[float, np.ndarray]:
-        th = _t(theta).clone().requires_grad_(True)
+        th = self.tensor(theta).clone().requires_grad_(True)
         L = self.objective(th, chunks)
         (g,) = torch.autograd.grad(L, th)
-        return float(L.detach()), g.numpy().copy()
+        return float(L.detach()), g.detach().cpu().double().numpy().copy()
 
     def predict(self, p: np.ndarray, traj: Trajectory) -> np.ndarray:
         """Observed columns along a whole trajectory from its first sample ((n, n_obs); row 0 = data)."""
         with torch.no_grad():
-            Y = self.rollout(_t(p), _t(traj.S[:1]), _t(traj.U.T[None]), _t(traj.t[None]))[0].numpy().T
+            Y = self.rollout(self.tensor(p), self.tensor(traj.S[:1]), self.tensor(traj.U.T[None]),
+                             self.tensor(traj.t[None]))[0].cpu().double().numpy().T
         return np.vstack([traj.Y[:1], Y])

@@ -46,6 +46,11 @@ class TrainOptions:
     tol: float = 1e-10  # Gauss–Newton: stop when the relative decrease of the cost falls below it
     stop_after: int | None = None  # end this run after this many epochs in total (resume later)
     progress: bool = True
+    schedule: str = "cosine"  # cosine | plateau (ReduceLROnPlateau on the validation loss)
+    patience: int = 10
+    factor: float = 0.5
+    early_stop: int | None = None  # epochs without a better validation loss before stopping
+    windows: Callable | None = None  # epoch -> the training Chunks of that epoch (random windows); None: fixed chunks
 
 
 @dataclass
@@ -166,13 +171,42 @@ def cosine_lr(epoch: int, opts: TrainOptions) -> float:
     return opts.lr_min + (opts.lr - opts.lr_min) * (1 + math.cos(math.pi * epoch / opts.epochs)) / 2
 
 
+def plateau_lr(state: State, monitor: float, opts: TrainOptions) -> float:
+    """ReduceLROnPlateau (torch's defaults: mode min, relative threshold 1e-4) on ``monitor``,
+    kept in ``state.extra`` so that a resumed run continues the same schedule; returns the lr of
+    the next epoch."""
+    pl = state.extra.setdefault("plateau", {"lr": opts.lr, "best": None, "bad": 0})
+    if monitor == monitor:  # not NaN
+        if pl["best"] is None or monitor < pl["best"] * (1 - 1e-4):
+            pl["best"], pl["bad"] = float(monitor), 0
+        else:
+            pl["bad"] += 1
+            if pl["bad"] > opts.patience:
+                pl["lr"], pl["bad"] = max(pl["lr"] * opts.factor, opts.lr_min), 0
+    return float(pl["lr"])
+
+
+def _early_stop(state: State, val: float, theta: np.ndarray, opts: TrainOptions) -> bool:
+    """Track the best validation loss (its epoch, θ and the training time to reach it: the time to
+    saturation); True when it has not improved for ``opts.early_stop`` epochs."""
+    ex = state.extra
+    if val == val and (ex.get("best_val") is None or val < ex["best_val"]):
+        ex["best_val"], ex["best_epoch"] = float(val), state.epoch
+        ex["saturation_seconds"] = float(sum(state.history["seconds"]))
+        state.arrays["best_theta"] = np.array(theta, dtype=float)
+    if opts.early_stop is None or ex.get("best_epoch") is None:
+        return False
+    return state.epoch - ex["best_epoch"] >= opts.early_stop
+
+
 def _torch_params(loss: ChunkLoss, theta: np.ndarray):
     import torch
 
     layout = loss.layout
+    dtype, device = getattr(loss, "dtype", torch.float64), getattr(loss, "device", "cpu")
     blocks = [(0, layout.n_free, 0.0)] if layout.n_free else []
     blocks += [(layout.n_free + net.offset - layout.n_phys, net.size, None) for net in layout.networks]
-    tensors = [torch.tensor(theta[a : a + n], dtype=torch.float64, requires_grad=True) for a, n, _ in blocks]
+    tensors = [torch.tensor(theta[a : a + n], dtype=dtype, device=device, requires_grad=True) for a, n, _ in blocks]
     return tensors, [wd for _, _, wd in blocks]
 
 
@@ -199,7 +233,9 @@ def _load_optimizer(opt, arrays: dict) -> None:
     sd = opt.state_dict()
     state: dict = {}
     for key, v in arrays.items():
-        i, k = key.split(".", 1)
+        i, _, k = key.partition(".")
+        if not (i.isdigit() and k):  # not optimiser state (e.g. best_theta)
+            continue
         state.setdefault(int(i), {})[k] = torch.from_numpy(np.array(v))
     sd["state"] = state
     opt.load_state_dict(sd)
@@ -221,11 +257,16 @@ def adamw(loss: ChunkLoss, train: Chunks, val: Chunks, state: State, opts: Train
     if on_torch:  # one thread per fit by default: shared cores make torch's own thread pool spin (docs/fit.md)
         torch.set_num_threads(max(1, getattr(loss.spec, "threads", 1)))
     try:
-        while state.epoch < _last_epoch(opts):
+        while state.epoch < _last_epoch(opts) and not state.extra.get("early_stopped"):
             t0 = time.perf_counter()
-            lr = cosine_lr(state.epoch, opts)
+            if opts.schedule == "plateau":
+                lr = float(state.extra.get("plateau", {}).get("lr", opts.lr))
+            else:
+                lr = cosine_lr(state.epoch, opts)
             for group in opt.param_groups:
                 group["lr"] = lr
+            if opts.windows is not None:
+                train = opts.windows(state.epoch)
             order = np.random.default_rng([opts.seed, state.epoch]).permutation(len(train))
             total = 0.0
             for start in range(0, len(order), opts.batch):
@@ -239,14 +280,22 @@ def adamw(loss: ChunkLoss, train: Chunks, val: Chunks, state: State, opts: Train
                 value.backward()
                 opt.step()
                 total += float(value.detach()) * len(part)
-            state.theta = torch.cat(tensors).detach().numpy().copy()
+            state.theta = torch.cat(tensors).detach().cpu().double().numpy().copy()
+            best = state.arrays.get("best_theta")
             state.arrays = _save_optimizer(opt)
+            if best is not None:
+                state.arrays["best_theta"] = best
             val_loss = loss.value(state.theta, val, opts.batch) if len(val) else float("nan")
             _record(state, total / len(train), val_loss, lr, time.perf_counter() - t0)
+            if opts.schedule == "plateau":
+                plateau_lr(state, val_loss if val_loss == val_loss else total / len(train), opts)
+            if _early_stop(state, val_loss, state.theta, opts):
+                state.extra["early_stopped"] = True
+                state.theta = np.array(state.arrays["best_theta"])
             _postfix(bar, state)
             if on_epoch:
                 on_epoch(state)
     finally:
         bar.close()
         torch.set_num_threads(threads)
-    return Result(state=state, finished=state.epoch >= opts.epochs)
+    return Result(state=state, finished=state.epoch >= opts.epochs or bool(state.extra.get("early_stopped")))

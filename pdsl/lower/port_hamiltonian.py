@@ -396,7 +396,7 @@ def _reduction(g, span, label, net: _Net, times: int) -> Reduction | None:
 def _collect(model: Model) -> _Net:
     diags = Collector()
     equations, ports, states = [], {}, []
-    energy = sp.Integer(0)
+    energy_terms: list = []
     junctions = [e for e in model.elements if isinstance(e, Junction)]
     for el in model.elements:
         if isinstance(el, Store):
@@ -411,7 +411,7 @@ def _collect(model: Model) -> _Net:
             else:  # ẋ = e, f = ∂H/∂x
                 equations += [(st.rate - e, el.span, f"effort store {el.name}: der({var.name}) = e"),
                               (f - grad, el.span, f"effort store {el.name}: f = ∂H/∂{var.name}")]
-            energy += el.energy
+            energy_terms.append(el.energy)  # one Add at the end: `energy += …` is quadratic in the stores
             ports[el.name] = ("store", el.span)
         elif isinstance(el, Resistive):
             rel = _dissipative(el) if el.dissipative else el.relation
@@ -484,7 +484,7 @@ def _collect(model: Model) -> _Net:
                         "list it in a `junction common_effort(...)` or `common_flow(...)`")
     _check_sources(model, junctions, ports, diags)
     diags.raise_if_any()
-    return _Net(model=model, equations=equations, ports=ports, signs=signs, states=states, energy=energy)
+    return _Net(model=model, equations=equations, ports=ports, signs=signs, states=states, energy=sp.Add(*energy_terms))
 
 
 def _check_sources(model, junctions, ports, diags) -> None:
