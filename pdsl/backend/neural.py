@@ -80,19 +80,21 @@ def unpack_layers(nn: Neural, w) -> list:
 
 
 def mlp_forward_backward(nn: Neural, x, w):
-    """``(y, J)``: the MLP output (n_out) at x and its Jacobian dy/dx (n_out x n_in), one graph."""
-    act, dact = _ACT[nn.act], _DACT[nn.act]
+    """``(y, J)``: the MLP output (n_out) at x and its Jacobian dy/dx (n_out x n_in), one graph. Each layer has its
+    activation (``Neural.layer_acts``: the hidden ones, then the output layer's, "identity" when linear)."""
+    names = nn.layer_acts()
     layers = unpack_layers(nn, w)
     h, slopes = x, []
-    for W, b in layers[:-1]:
+    for (W, b), name in zip(layers, names):
         z = ca.mtimes(W, h) + b
-        h = act(z)
-        slopes.append(None if dact is None else dact(z, h))
-    W_out, b_out = layers[-1]
-    y = ca.mtimes(W_out, h) + b_out
+        h = _ACT[name](z)
+        slopes.append(None if _DACT[name] is None else _DACT[name](z, h))
+    y = h
     # G^T = dy/dh_l, from the output side: G^T <- (G^T D_l) W_l, one row per output
-    Gt = W_out
-    for (W, _), s in zip(reversed(layers[:-1]), reversed(slopes)):
+    s_out = slopes[-1]
+    W_out = layers[-1][0]
+    Gt = W_out if s_out is None else W_out * ca.repmat(s_out, 1, W_out.size2())
+    for (W, _), s in zip(reversed(layers[:-1]), reversed(slopes[:-1])):
         if s is not None:
             Gt = Gt * (s.T if Gt.size1() == 1 else ca.repmat(s.T, Gt.size1(), 1))
         Gt = ca.mtimes(Gt, W)

@@ -329,8 +329,7 @@ _ACT = {{
 
 def _mlp(index, inputs, p):
     """Output y and input Jacobian dy/dx of network ``index`` at ``inputs`` (explicit backpropagation)."""
-    sizes, act, offset = NETWORKS[index]
-    s, ds = _ACT[act]
+    sizes, acts, offset = NETWORKS[index]  # acts: one activation per layer, the output layer's last
     h, k, layers = numpy.asarray(inputs, dtype=float), offset, []
     for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
         W = p[k : k + fan_in * fan_out].reshape(fan_in, fan_out).T
@@ -338,15 +337,16 @@ def _mlp(index, inputs, p):
         layers.append((W, p[k : k + fan_out]))
         k += fan_out
     slopes = []
-    for W, b in layers[:-1]:
+    for (W, b), act in zip(layers, acts):
+        s, ds = _ACT[act]
         z = W @ h + b
         h = s(z)
         slopes.append(ds(z, h))
-    W_out, b_out = layers[-1]
-    J = W_out
-    for (W, _), d in zip(reversed(layers[:-1]), reversed(slopes)):
+    W_out = layers[-1][0]
+    J = slopes[-1][:, None] * W_out
+    for (W, _), d in zip(reversed(layers[:-1]), reversed(slopes[:-1])):
         J = (J * d) @ W
-    return W_out @ h + b_out, J
+    return h, J
 '''
 
 
@@ -366,7 +366,7 @@ class _NetworkCalls:
         self.index, self.specs, offset = {}, [], len(system.params)
         for nn in (n for n in system.neural if n.n_in is not None):
             self.index[nn.fn.__name__] = len(self.specs)
-            self.specs.append((layer_sizes(nn), nn.act, offset))
+            self.specs.append((layer_sizes(nn), nn.layer_acts(), offset))
             offset += n_weights(nn)
         self.passes: dict = {}
 

@@ -43,14 +43,39 @@ from .registry import Formalism, LowerOptions, register
 __all__ = ["lower_hamel", "HAMEL"]
 
 
+def _pythagoras(e):
+    """sin(a)^k -> (1 − cos(a)^2) sin(a)^(k−2) for k ≥ 2: with expansion, a canonical form of polynomials in sin and
+    cos of the same angle (every frame of SE2), far cheaper than trigsimp."""
+    def is_sin_power(x):
+        return x.is_Pow and isinstance(x.base, sp.sin) and x.exp.is_Integer and x.exp >= 2
+
+    for _ in range(8):
+        if not e.has(sp.sin):
+            return e
+        new = sp.expand(e.replace(is_sin_power, lambda x: (1 - sp.cos(x.base.args[0]) ** 2) * x.base ** (x.exp - 2)))
+        if new == e:
+            return e
+        e = new
+    return e
+
+
 def _simp(e):
-    """A light simplification for the small frame/connection expressions (trig identities of the group)."""
+    """A light simplification for the small frame/connection expressions: expansion, sin² = 1 − cos², common
+    factors (the group's trigonometric identities without sympy's trigsimp, which dominated the lowering)."""
     if isinstance(e, sp.MatrixBase):
         return e.applyfunc(_simp)
     e = sp.expand(e)
-    if e.has(sp.sin, sp.cos):
-        e = sp.trigsimp(e)
+    if e.has(sp.sin) and e.has(sp.cos):
+        e = _pythagoras(e)
     return sp.factor_terms(e)
+
+
+def _inv(M: sp.Matrix) -> sp.Matrix:
+    """The inverse by adjugate and determinant, each lightly simplified (sympy's inv simplifies every pivot)."""
+    det = _simp(M.det(method="berkowitz"))
+    if det == 0:
+        raise ValueError("singular matrix")
+    return _simp(M.adjugate() / det)
 
 
 def _numeric_rank(M: sp.Matrix, point: dict) -> int:
@@ -117,7 +142,7 @@ def lower_hamel(model: Model) -> SymbolicSystem:
     for a in range(G):
         for j, x in enumerate(g):
             Psi[index[x], sigma + a] = Ug[j, a]
-    Ug_inv = _simp(Ug.inv())
+    Ug_inv = _inv(Ug)
     Psi_inv = sp.zeros(n, n)
     for a, x in enumerate(r):
         Psi_inv[a, index[x]] = 1
@@ -161,7 +186,7 @@ def lower_hamel(model: Model) -> SymbolicSystem:
                            "choose a group whose directions the constraints fix, or remove the `group`")
     dep.sort()
     ind = [j for j in range(n) if j not in dep]
-    D = _simp(-(C[:, dep].inv() * C[:, ind]))  # w_dep = D w_ind
+    D = _simp(-(_inv(C[:, dep]) * C[:, ind]))  # w_dep = D w_ind
     m_ind = len(ind)
 
     # frame of the distribution: ũ_i = Ψ (e_ind_i + Σ_d D[d, i] e_dep_d); completed by the dependent generators
@@ -282,7 +307,7 @@ def _derivation(model, group, r, g, q, qd, L, Ug, conn, Ft, F, dep, ind, v, v_al
         full[:, alpha] = Ft[:, alpha]
     for a in range(G):
         full[:, sigma + a] = gen[a]
-    full_inv = _simp(full.inv())
+    full_inv = _inv(full)
     qdot_D = sp.Matrix([to_v[x] for x in qd])
     vhat = _simp(full_inv * qdot_D)  # (ṙ, Ω) on D, in the states
     dLdqd = sp.Matrix([sp.diff(L, x) for x in qd])

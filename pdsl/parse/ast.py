@@ -258,6 +258,19 @@ class DistributionStmt(Stmt):
 
 
 @dataclass(**_FROZEN)
+class ConstraintLearnStmt(Stmt):
+    """``constraint learn a: mlp(...) on der(x), der(y) given der(theta)``: der(x_k) = Σ_j a_kj(q) der(g_j)."""
+
+    name: str
+    name_span: Span
+    arch: str
+    args: tuple[Expr, ...]
+    kwargs: tuple[KwArg, ...]
+    on: tuple[Expr, ...]
+    given: tuple[Expr, ...]
+
+
+@dataclass(**_FROZEN)
 class GroupStmt(Stmt):
     name: str
     coords: tuple[str, ...]

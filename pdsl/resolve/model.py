@@ -58,11 +58,16 @@ class Neural:
     name: str
     arch: str
     hidden: tuple[int, ...]
-    act: str
+    act: str  # the activation of every hidden layer, or a display text "[sin, sin, elu]" when they differ
     n_out: int
     n_in: int | None
     fn: object  # sympy UndefinedFunction
     span: Span
+    acts: tuple[str, ...] = ()  # per layer, the output layer last; empty: `act` on hidden layers, linear output
+
+    def layer_acts(self) -> tuple[str, ...]:
+        """One activation name per layer (len(hidden) + 1), the output layer's last ("identity": linear)."""
+        return self.acts or (*([self.act] * len(self.hidden)), "identity")
 
 
 def network_derivative(e: sp.Derivative):

@@ -142,6 +142,7 @@ class _Resolver:
         decl_handlers = {
             A.DeclStmt: self._declare,
             A.NNStmt: self._declare_nn,
+            A.ConstraintLearnStmt: self._declare_learned_constraint,
             A.BodyStmt: self._declare_body,
         }
         for stmt in body:
@@ -160,7 +161,8 @@ class _Resolver:
                 self._guard(self._declare_kinematic_port, stmt)
         # pass 2: everything that uses names
         for stmt in body:
-            if type(stmt) in decl_handlers or isinstance(stmt, A.SpaceStmt | A.KinematicPortStmt) or self._uses_composition(stmt):
+            declared_only = type(stmt) in decl_handlers and not isinstance(stmt, A.ConstraintLearnStmt)
+            if declared_only or isinstance(stmt, A.SpaceStmt | A.KinematicPortStmt) or self._uses_composition(stmt):
                 continue
             self._guard(self._statement, stmt, out, single)
         # deferred: values of params/inputs/outputs (they may use any name)
@@ -460,10 +462,11 @@ class _Resolver:
             raise PdslError.at("UnknownArchitecture", f"unknown network architecture `{stmt.arch}`", stmt.span, "available: mlp")
         if stmt.args:
             raise PdslError.at("WrongArity", "`mlp` takes only keyword arguments", stmt.args[0].span)
-        opts = {"hidden": None, "act": None, "out": None}
+        opts = {"hidden": None, "act": None, "out": None, "out_act": None}
         for kw in stmt.kwargs:
             if kw.name not in opts:
-                raise PdslError.at("UnknownArgument", f"`mlp` has no argument `{kw.name}`", kw.span, "mlp(hidden = [64, 64], act = tanh, out = 1)")
+                raise PdslError.at("UnknownArgument", f"`mlp` has no argument `{kw.name}`", kw.span,
+                                   "mlp(hidden = [64, 64], act = tanh, out = 1); act may list one activation per hidden layer")
             if opts[kw.name] is not None:
                 raise PdslError.at("DuplicateDefinition", f"`{kw.name}` is given twice", kw.span)
             opts[kw.name] = kw
@@ -475,12 +478,33 @@ class _Resolver:
             hidden = tuple(int_value(ev.eval(i), i.span, "a hidden layer width") for i in items)
             if any(h < 1 or h > 100_000 for h in hidden):
                 raise PdslError.at("BadArgument", "hidden layer widths must be between 1 and 100000", v.span)
-        act = "tanh"
-        if opts["act"] is not None:
-            v = opts["act"].value
+
+        def activation(v) -> str:
             if not isinstance(v, A.Name) or v.id not in _ACTIVATIONS:
                 raise PdslError.at("BadArgument", "unknown activation", v.span, "one of: " + ", ".join(_ACTIVATIONS))
-            act = v.id
+            return v.id
+
+        act, acts = "tanh", ()
+        if opts["act"] is not None:
+            v = opts["act"].value
+            if isinstance(v, A.Vector):  # one per hidden layer; one more sets the output layer's
+                names = [activation(i) for i in v.items]
+                if len(names) not in (len(hidden), len(hidden) + 1):
+                    raise PdslError.at("BadArgument", f"{len(names)} activations for {len(hidden)} hidden layers", v.span,
+                                       f"give {len(hidden)} (one per hidden layer) or {len(hidden) + 1} (the last for the output layer)")
+                acts = (*names, "identity") if len(names) == len(hidden) else tuple(names)
+            else:
+                act = activation(v)
+        if opts["out_act"] is not None:
+            if len(acts) == len(hidden) + 1 and opts["act"] is not None and len(opts["act"].value.items) == len(hidden) + 1:
+                raise PdslError.at("DuplicateDefinition", "the output activation is given twice (last entry of `act` and `out_act`)",
+                                   opts["out_act"].span)
+            out_act = activation(opts["out_act"].value)
+            acts = (*(acts[:-1] if acts else [act] * len(hidden)), out_act)
+        if acts and len(set(acts[:-1])) == 1 and acts[-1] == "identity":
+            act, acts = acts[0], ()  # the uniform case keeps its simple form
+        elif acts:
+            act = "[" + ", ".join(acts) + "]"
         n_out = 1
         if opts["out"] is not None:
             v = opts["out"].value
@@ -489,7 +513,7 @@ class _Resolver:
                 raise PdslError.at("BadArgument", "the output size must be at least 1", v.span)
         fn = sp.Function(f"nn_{stmt.name}")
         self._bind(stmt.name, "nn", stmt.name_span, NeuralRef(stmt.name, fn, n_out))
-        self._nn_specs[stmt.name] = (stmt, hidden, act, n_out, fn)
+        self._nn_specs[stmt.name] = (stmt, hidden, act, n_out, fn, acts)
 
     def _declare_body(self, stmt: A.BodyStmt, out) -> None:
         if stmt.loops:
@@ -612,10 +636,11 @@ class _Resolver:
                 self._finish_body(stmt, indices, refs, out)
             except PdslError as err:
                 self.diags.extend(err)
-        for name, (stmt, hidden, act, n_out, fn) in self._nn_specs.items():
+        for name, (stmt, hidden, act, n_out, fn, acts) in self._nn_specs.items():
             n_in = self.nn_inputs.get(name, (None,))[0]
             out["neural"].append(
-                M.Neural(name=name, arch=stmt.arch, hidden=hidden, act=act, n_out=n_out, n_in=n_in, fn=fn, span=stmt.span)
+                M.Neural(name=name, arch=stmt.arch, hidden=hidden, act=act, n_out=n_out, n_in=n_in, fn=fn, span=stmt.span,
+                         acts=acts)
             )
 
     def _elements_of(self, d: A.Decl):
@@ -777,6 +802,7 @@ class _Resolver:
             A.InterfaceStmt: self._interface,
             A.KinematicTieStmt: self._tie,
             A.GroupStmt: self._group,
+            A.ConstraintLearnStmt: self._learned_constraint,
         }.get(type(stmt))
         if handler is None:
             self._unsupported(stmt, out)
@@ -801,6 +827,65 @@ class _Resolver:
         lhs, rhs = ev.number(stmt.lhs), ev.number(stmt.rhs)
         for a, b in _pairs(lhs, rhs, stmt.span):
             out["equations"].append(M.Equation(lhs=a, rhs=b, span=stmt.span))
+
+    # ------------------------------------------------------------------ constraint learn
+    def _learned_rates(self, stmt: A.ConstraintLearnStmt) -> tuple[list[str], list[str]]:
+        """The coordinate names of the `on` (dependent) and `given` (independent) rates, checked."""
+        names = []
+        for part, exprs in (("on", stmt.on), ("given", stmt.given)):
+            got = []
+            for e in exprs:
+                ok = (isinstance(e, A.Call) and isinstance(e.func, A.Name) and e.func.id == "der" and len(e.args) == 1
+                      and not e.kwargs and isinstance(e.args[0], A.Name))
+                decl = self.names.get(e.args[0].id) if ok else None
+                if decl is None or decl.kind != "coord":
+                    raise PdslError.at("BadConstraint", f"`constraint learn ... {part}` lists rates `der(q)` of coordinates",
+                                       e.span, "e.g. `constraint learn a: mlp(hidden = [20]) on der(x), der(y) given der(theta)`")
+                got.append(e.args[0].id)
+            if len(set(got)) != len(got):
+                raise PdslError.at("DuplicateDefinition", f"a rate is listed twice after `{part}`", stmt.span)
+            names.append(got)
+        on, given = names
+        if set(on) & set(given):
+            raise PdslError.at("BadConstraint", "a rate cannot be both constrained (`on`) and independent (`given`)", stmt.span)
+        return on, given
+
+    def _declare_learned_constraint(self, stmt: A.ConstraintLearnStmt, out) -> None:
+        """Declare the network of ``constraint learn a: mlp(...) on ... given ...`` (one output per pair)."""
+        if stmt.loops:
+            raise PdslError.at("BadLoop", "`constraint learn` cannot have a `for` clause", stmt.loops[0].span)
+        for kw in stmt.kwargs:
+            if kw.name == "out":
+                raise PdslError.at("BadArgument", "the output size of a learned constraint follows from `on` and `given`",
+                                   kw.span, "remove `out = ...`")
+        n_out = len(stmt.on) * len(stmt.given)
+        size = A.KwArg(span=stmt.span, name="out", value=A.Num(span=stmt.span, value=float(n_out), text=str(n_out)))
+        self._declare_nn(A.NNStmt(span=stmt.span, name=stmt.name, name_span=stmt.name_span, arch=stmt.arch,
+                                  args=stmt.args, kwargs=stmt.kwargs + (size,)), out)
+
+    def _learned_constraint(self, stmt: A.ConstraintLearnStmt, bind, out) -> None:
+        """der(on_k) = Σ_j a[k·G + j](q) der(given_j), with q every coordinate in declaration order; the entries of
+        a(q) are outputs ``a[1]``, ``a[2]``, … (row by row: the first dependent rate's coefficients first)."""
+        on, given = self._learned_rates(stmt)
+        coords = [d.name for st in self.ast.body if isinstance(st, A.DeclStmt) and st.kind == "coord" for d in st.decls]
+        sp_ = stmt.span
+        call = A.Call(span=sp_, func=A.Name(span=sp_, id=stmt.name), args=tuple(A.Name(span=sp_, id=c) for c in coords), kwargs=())
+        G = len(given)
+        for k, dep in enumerate(on):
+            terms = None
+            for j, ind in enumerate(given):
+                idx = k * G + j + 1
+                entry = A.Index(span=sp_, base=call, indices=(A.Num(span=sp_, value=float(idx), text=str(idx)),))
+                rate = A.Call(span=sp_, func=A.Name(span=sp_, id="der"), args=(A.Name(span=sp_, id=ind),), kwargs=())
+                term = A.BinOp(span=sp_, op="*", left=entry, right=rate)
+                terms = term if terms is None else A.BinOp(span=sp_, op="+", left=terms, right=term)
+            lhs = A.Call(span=sp_, func=A.Name(span=sp_, id="der"), args=(A.Name(span=sp_, id=dep),), kwargs=())
+            self._constraint(A.ConstraintStmt(span=sp_, lhs=lhs, rhs=terms), bind, out)
+        ev = self._ev(bind)
+        values = [ev.number(A.Index(span=sp_, base=call, indices=(A.Num(span=sp_, value=float(i), text=str(i)),)))
+                  for i in range(1, len(on) * G + 1)]
+        for i, value in enumerate(values, start=1):
+            out["outputs"].append(M.Output(name=f"{stmt.name}[{i}]", expr=value, span=sp_))
 
     def _group(self, stmt: A.GroupStmt, bind, out) -> None:
         from ..groups import GROUPS
@@ -1197,7 +1282,7 @@ def _declared_names(body) -> dict[str, str]:
     for stmt in body:
         if isinstance(stmt, A.DeclStmt):
             out.update((d.name, stmt.kind) for d in stmt.decls)
-        elif isinstance(stmt, A.NNStmt):
+        elif isinstance(stmt, A.NNStmt | A.ConstraintLearnStmt):
             out[stmt.name] = "neural network"
         elif isinstance(stmt, A.BodyStmt):
             out[stmt.name] = "body"

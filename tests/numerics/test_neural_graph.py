@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import casadi as ca
 import numpy as np
 import pytest
 
 import pdsl
+from pdsl.diagnostics import Span
+from pdsl.resolve.model import Neural
 from pdsl.backend.neural import _ACT, init_weights, layer_sizes, mlp_forward_backward, n_weights
 
 SHAPES = [((5, 7), 3, 2), ((6,), 2, 1), ((4, 4, 4), 1, 3), ((9, 8), 2, 1)]
 
 
-def _net(act: str, hidden, n_in: int, n_out: int):
-    return SimpleNamespace(name="V", n_in=n_in, hidden=tuple(hidden), n_out=n_out, act=act)
+def _net(act: str, hidden, n_in: int, n_out: int, acts=()):
+    return Neural(name="V", arch="mlp", n_in=n_in, hidden=tuple(hidden), n_out=n_out, act=act, fn=None,
+                  span=Span("t.phm", 1, 1, 1, 2), acts=tuple(acts))
 
 
 def _reference_forward(nn, x, w):
@@ -27,9 +28,7 @@ def _reference_forward(nn, x, w):
         k += fan_in * fan_out
         b = w[k : k + fan_out]
         k += fan_out
-        h = ca.mtimes(W, h) + b
-        if li < len(sizes) - 2:
-            h = _ACT[nn.act](h)
+        h = _ACT[nn.layer_acts()[li]](ca.mtimes(W, h) + b)
     return h
 
 
@@ -63,6 +62,23 @@ def test_backpropagated_jacobian_equals_casadi_jacobian_and_outputs_are_unchange
         y_v, J_v, y_r, J_r = (np.array(v) for v in F(rng.normal(0.0, 1.5, n_in), weights))
         np.testing.assert_array_equal(y_v, y_r)
         np.testing.assert_allclose(J_v, J_r, rtol=0.0, atol=1e-12 * max(1.0, np.abs(J_r).max()))
+
+
+@pytest.mark.parametrize("acts", [("sin", "sin", "sin", "elu"), ("sin", "tanh", "identity"), ("relu", "softplus")])
+def test_per_layer_activations_and_a_nonlinear_output_layer(acts):
+    """`act = [sin, sin, sin, elu]` (BENCHMARKS D4.2's network): one activation per layer, the last for the output."""
+    nn = _net("tanh", (7, 6, 5)[: len(acts) - 1], 4, 3, acts)
+    x, w = ca.MX.sym("x", 4), ca.MX.sym("w", n_weights(nn))
+    y, J = mlp_forward_backward(nn, x, w)
+    F = ca.Function("F", [x, w], [y, J, _reference_forward(nn, x, w), ca.jacobian(y, x)])
+    rng = np.random.default_rng(7)
+    weights = 2.0 * init_weights(nn, 1)
+    for _ in range(10):
+        y_v, J_v, y_r, J_r = (np.array(v) for v in F(rng.normal(0.0, 1.5, 4), weights))
+        np.testing.assert_allclose(y_v, y_r, rtol=0, atol=1e-14)
+        np.testing.assert_allclose(J_v, J_r, rtol=0, atol=1e-12 * max(1.0, np.abs(J_r).max()))
+    if acts[-1] == "elu":
+        assert np.all(np.array(F(rng.normal(0, 1.5, 4), weights)[0]) > -1)  # ELU output: bounded below by −1
 
 
 def _compile(hidden=(8, 6), act="tanh"):
