@@ -8,6 +8,11 @@ Two terms, both functions of θ alone, added to the batch loss J(θ) of :mod:`pd
   It forces an equilibrium there (for the cart–pole surrogate, with F(0) = 0, it penalises
   h(0, 0)). The point is given in the columns of the data (shown states, inputs); the state is
   recovered with the same map the chunk loss uses (p = M v for Cartesian momenta).
+* **constraints** (constraint discovery, BENCHMARKS D3): C(θ) = mean_k ‖r(t_k, x_k; p(θ))‖², the model's
+  invariants (velocity constraints, Φ and Φ̇) at the *measured* states of the training trajectories. A learned
+  velocity constraint (``constraint learn``, ``distribution learn``) is then fitted to the velocities the data
+  show — a rollout alone cannot see a violation at a chunk's start, which the constraint's acceleration-level
+  row only carries along.
 * **sparsity** (C4, Eq. 8): R(θ) = Σ_j mean_k |f_j(t_k, x_k, u_k; p(θ))|, the L1 norm of chosen
   link flows, averaged over every sample of the *training trajectories*. A flow is named by
 
@@ -54,6 +59,7 @@ MODES = ("penalty", "primal-dual")
 
 # TOML tables: key -> (python type, description)
 TABLE_KEYS = {
+    "constraints": {"weight": (float, "a number ≥ 0")},
     "equilibrium": {"weight": (float, "a number ≥ 0"), "at": (dict, "a table of numbers, e.g. at = { x = 0.0 }")},
     "sparsity": {
         "flows": (list, "a list of names"), "weight": (float, "a number ≥ 0"), "mode": (str, "penalty or primal-dual"),
@@ -107,6 +113,16 @@ def check_table(key: str, value) -> dict:
 
 def _bad(message: str, hint: str | None = None) -> PdslError:
     return PdslError.at("BadOption", message, hint=hint)
+
+
+def constraint_weight(constraints: Mapping | None) -> float:
+    """The weight of the constraint-residual term (0: off), checked."""
+    if not constraints:
+        return 0.0
+    w = check_table("constraints", dict(constraints)).get("weight", 1.0)
+    if not (w >= 0 and np.isfinite(w)):
+        raise _bad(f"constraints weight must be a finite number ≥ 0, got {w}")
+    return w
 
 
 def specs_from_config(equilibrium: Mapping | None, sparsity: Mapping | None) -> tuple[EquilibriumSpec | None, SparsitySpec | None]:
@@ -178,10 +194,11 @@ def flow_expressions(model, system, names) -> list:
 class Regularizer:
     """E(θ) and R(θ) with exact gradients, and the coefficients of the objective (module docstring)."""
 
-    def __init__(self, num, layout, eq: EquilibriumSpec | None, sp: SparsitySpec | None, *, model=None, train=None):
+    def __init__(self, num, layout, eq: EquilibriumSpec | None, sp: SparsitySpec | None, *, model=None, train=None,
+                 w_con: float = 0.0):
         from .loss import state_from_shown
 
-        self.num, self.layout, self.eq, self.sp = num, layout, eq, sp
+        self.num, self.layout, self.eq, self.sp, self.w_con = num, layout, eq, sp, w_con
         self.lam = sp.lambda0 if sp is not None and sp.mode == "primal-dual" else None
         theta = ca.MX.sym("theta", layout.n_theta)
         p = layout.casadi_p(theta)
@@ -195,8 +212,11 @@ class Regularizer:
             if train is None or model is None:
                 raise ValueError("the sparsity term needs the model and the training trajectories")
             R = self._sparsity(num, g, p, model, train)
-        self.terms = ca.Function("regularizer", [theta], [E, ca.gradient(E, theta), R, ca.gradient(R, theta)],
-                                 ["theta"], ["E", "dE", "R", "dR"])
+        C = ca.MX(0)
+        if w_con:
+            C = self._constraint_residuals(num, g, p, train)
+        self.terms = ca.Function("regularizer", [theta], [E, ca.gradient(E, theta), R, ca.gradient(R, theta),
+                                                          C, ca.gradient(C, theta)], ["theta"], ["E", "dE", "R", "dR", "C", "dC"])
 
     # ---- the two terms
     def _rhs_at_point(self, num, g, p):
@@ -213,6 +233,21 @@ class Regularizer:
         u = ca.DM([at.get(n, 0.0) for n in num.u_names])
         x = g(0.0, s, p)
         return num.rhs(0.0, x, p, u)
+
+    def _constraint_residuals(self, num, g, p, train):
+        n_r = num.invariants.size1_out(0)
+        if n_r == 0:
+            raise _bad(f"--constraint-weight: {num.system.name} has no constraints to fit to the data")
+        if train is None:
+            raise ValueError("the constraint term needs the training trajectories")
+        sym = ca.SX.sym if num.kind == "SX" else ca.MX.sym
+        t, s, pp = sym("t"), sym("s", len(num.report_names)), sym("p", len(num.p_names))
+        r = ca.Function("residuals", [t, s, pp], [ca.sumsqr(num.invariants(t, g(t, s, pp), pp))])
+        T = np.concatenate([tr.t for tr in train.trajectories])
+        S = np.vstack([tr.S for tr in train.trajectories])
+        if len(T) == 0:
+            raise _bad("constraints: no training samples to evaluate the residuals on")
+        return ca.sum2(r.map(len(T))(ca.DM(T[None, :]), ca.DM(S.T), p)) / len(T)
 
     def _sparsity(self, num, g, p, model, train):
         from ..backend.functions import to_casadi
@@ -247,9 +282,9 @@ class Regularizer:
         return self.sp.weight if self.sp is not None else 0.0
 
     def values(self, theta) -> dict:
-        """The unweighted terms: ‖f(z*, u*)‖² and Σ_j mean_k |f_j|."""
-        E, _, R, _ = self.terms(np.asarray(theta, dtype=float))
-        return {"equilibrium": float(E), "sparsity": float(R)}
+        """The unweighted terms: ‖f(z*, u*)‖², Σ_j mean_k |f_j| and mean_k ‖r_k‖²."""
+        E, _, R, _, C, _ = self.terms(np.asarray(theta, dtype=float))
+        return {"equilibrium": float(E), "sparsity": float(R), "constraints": float(C)}
 
     def key(self):
         return self.lam
@@ -258,8 +293,8 @@ class Regularizer:
         """The objective and its gradient from the data term (J, dJ) — symbolic or numeric.
 
         penalty: J + w_eq·E + w_sp·R;  primal–dual: λ (J + w_eq·E − ε) + w_sp·R."""
-        E, dE, R, dR = self.terms(theta)
-        fit, dfit = J + self.w_eq * E, dJ + self.w_eq * dE
+        E, dE, R, dR, C, dC = self.terms(theta)
+        fit, dfit = J + self.w_eq * E + self.w_con * C, dJ + self.w_eq * dE + self.w_con * dC
         if self.lam is None:
             return fit + self.w_sp * R, dfit + self.w_sp * dR
         return self.lam * (fit - self.sp.epsilon) + self.w_sp * R, self.lam * dfit + self.w_sp * dR
@@ -271,6 +306,8 @@ class Regularizer:
 
     def describe(self) -> list[str]:
         lines = []
+        if self.w_con:
+            lines.append(f"constraint residual penalty {self.w_con:g}·mean‖r(x_k)‖² at the measured states (training samples)")
         if self.eq is not None:
             at = ", ".join(f"{n} = {v:g}" for n, v in self.eq.at) or "all shown states and inputs 0"
             lines.append(f"equilibrium penalty {self.eq.weight:g}·‖f(z*, u*)‖² at {at}")
@@ -324,6 +361,7 @@ class RegularizedLoss:
         theta = np.asarray(state.theta, dtype=float)
         v = self.reg.values(theta)
         rec = state.extra.setdefault("regularizer", {"equilibrium": [], "sparsity": [], "fit": [], "lambda": []})
+        rec.setdefault("constraints", []).append(v["constraints"])
         rec["equilibrium"].append(v["equilibrium"])
         rec["sparsity"].append(v["sparsity"])
         if self.reg.lam is not None:
@@ -336,9 +374,10 @@ class RegularizedLoss:
 def wrap_loss(loss, cfg, model, num, layout, train):
     """``loss`` itself without regularisers, else a :class:`RegularizedLoss` (settings of ``cfg``)."""
     eq, sp = specs_from_config(cfg.equilibrium, cfg.sparsity)
-    if eq is None and sp is None:
+    w_con = constraint_weight(getattr(cfg, "constraints", None))
+    if eq is None and sp is None and not w_con:
         return loss
-    return RegularizedLoss(loss, Regularizer(num, layout, eq, sp, model=model, train=train))
+    return RegularizedLoss(loss, Regularizer(num, layout, eq, sp, model=model, train=train, w_con=w_con))
 
 
 def epoch_callback(loss, state, train_chunks, save: Callable) -> Callable:

@@ -340,7 +340,16 @@ def _lower(model: Model, options: LowerOptions) -> SymbolicSystem:
     return lower_hamel(model)
 
 
+def _claims(model: Model) -> bool:
+    """A lagrangian with a group, whose constraints have known coefficients. A learned connection (`distribution
+    learn`: constraints that call a network) lowers by Lagrange–d'Alembert, whose motion is the same."""
+    from sympy.core.function import AppliedUndef
+
+    return (model.lagrangian is not None and bool(model.groups)
+            and not any(c.residual.atoms(AppliedUndef) for c in model.constraints))
+
+
 HAMEL = register(Formalism(
-    name="hamel", precedence=25, claims=lambda model: model.lagrangian is not None and bool(model.groups), lower=_lower,
+    name="hamel", precedence=25, claims=_claims, lower=_lower,
     describe="a lagrangian with a symmetry `group` and velocity constraints: Hamel's equations on the distribution (§5)",
 ))

@@ -118,6 +118,7 @@ class _Resolver:
     space: int = 3
     _pending: list = field(default_factory=list)  # (kind, Decl) whose values are resolved last
     _nn_specs: dict = field(default_factory=dict)
+    _distributions: list = field(default_factory=list)  # `distribution learn` statements, built after pass 2
     _bodies_pending: list = field(default_factory=list)
     declared: dict[str, str] = field(default_factory=dict)  # every name the model declares -> its kind
     composition: set[str] = field(default_factory=set)  # names made by `port` and `use` (not lowered yet)
@@ -143,6 +144,7 @@ class _Resolver:
             A.DeclStmt: self._declare,
             A.NNStmt: self._declare_nn,
             A.ConstraintLearnStmt: self._declare_learned_constraint,
+            A.DistributionStmt: self._declare_distribution,
             A.BodyStmt: self._declare_body,
         }
         for stmt in body:
@@ -161,10 +163,12 @@ class _Resolver:
                 self._guard(self._declare_kinematic_port, stmt)
         # pass 2: everything that uses names
         for stmt in body:
-            declared_only = type(stmt) in decl_handlers and not isinstance(stmt, A.ConstraintLearnStmt)
+            declared_only = type(stmt) in decl_handlers and not isinstance(stmt, A.ConstraintLearnStmt | A.DistributionStmt)
             if declared_only or isinstance(stmt, A.SpaceStmt | A.KinematicPortStmt) or self._uses_composition(stmt):
                 continue
             self._guard(self._statement, stmt, out, single)
+        for stmt in self._distributions:  # after the group is known
+            self._guard(self._distribution, stmt, out)
         # deferred: values of params/inputs/outputs (they may use any name)
         self._guard(self._finish_decls, None, out)
         self._check_neural_used(out)
@@ -803,6 +807,7 @@ class _Resolver:
             A.KinematicTieStmt: self._tie,
             A.GroupStmt: self._group,
             A.ConstraintLearnStmt: self._learned_constraint,
+            A.DistributionStmt: self._pending_distribution,
         }.get(type(stmt))
         if handler is None:
             self._unsupported(stmt, out)
@@ -886,6 +891,74 @@ class _Resolver:
                   for i in range(1, len(on) * G + 1)]
         for i, value in enumerate(values, start=1):
             out["outputs"].append(M.Output(name=f"{stmt.name}[{i}]", expr=value, span=sp_))
+
+    # ------------------------------------------------------------------ distribution learn
+    def _coordinate_names(self) -> list[str]:
+        names = []
+        for st in self.ast.body:
+            if isinstance(st, A.DeclStmt) and st.kind == "coord":
+                for d in st.decls:
+                    if d.range is not None:
+                        raise PdslError.at("NotYetSupported", "`distribution learn` with arrays of coordinates", d.span,
+                                           "declare the coordinates one by one")
+                    names.append(d.name)
+        return names
+
+    def _declare_distribution(self, stmt: A.DistributionStmt, out) -> None:
+        """The network of ``distribution learn A: mlp(...)``: the connection 𝒜^a_α(q), one entry per group generator
+        for each shape coordinate (shape-major: A[α·G + a]); its input is every coordinate."""
+        if stmt.loops:
+            raise PdslError.at("BadLoop", "`distribution learn` cannot have a `for` clause", stmt.loops[0].span)
+        groups = [st for st in self.ast.body if isinstance(st, A.GroupStmt)]
+        if not groups:
+            raise PdslError.at("MissingDeclaration", "`distribution learn` learns the connection of a symmetry group, and "
+                               "this model has no `group`", stmt.span,
+                               "add e.g. `group R(x, y)`; without a group write `constraint learn a: mlp(...) on der(x) given der(theta)`")
+        for kw in stmt.kwargs:
+            if kw.name == "out":
+                raise PdslError.at("BadArgument", "the output size of a learned connection follows from the group and "
+                                   "the shape coordinates", kw.span, "remove `out = ...`")
+        coords = self._coordinate_names()
+        G = len(groups[0].coords)
+        sigma = len(coords) - G
+        if sigma < 1:
+            raise PdslError.at("BadConstraint", "every coordinate belongs to the group: there is no shape velocity for a "
+                               "connection to lift", stmt.span, "a connection needs shape coordinates outside the group")
+        n_out = G * sigma
+        size = A.KwArg(span=stmt.span, name="out", value=A.Num(span=stmt.span, value=float(n_out), text=str(n_out)))
+        name_span = Span(stmt.span.path, stmt.span.line, stmt.span.col, stmt.span.line, stmt.span.col + 1, stmt.span.via)
+        self._declare_nn(A.NNStmt(span=stmt.span, name=stmt.name, name_span=name_span, arch=stmt.arch, args=stmt.args,
+                                  kwargs=stmt.kwargs + (size,)), out)
+        self.nn_inputs[stmt.name] = (len(coords), stmt.span)
+
+    def _pending_distribution(self, stmt: A.DistributionStmt, bind, out) -> None:
+        self._distributions.append(stmt)
+
+    def _distribution(self, stmt: A.DistributionStmt, out) -> None:
+        """The velocity constraints of a learned principal connection: ξ^a + Σ_α 𝒜^a_α ṙ^α = 0 for every generator
+        a (ξ = U(g)⁻¹ ġ, pdsl.groups): the allowed velocities are the horizontal lifts ũ_α = ∂_α − 𝒜^a_α u_a."""
+        from ..groups import GROUPS
+
+        if not out["groups"]:
+            return  # the group statement failed and was reported
+        for c in out["constraints"]:
+            if c.kind == "velocity":
+                raise PdslError.at("BadConstraint", "`distribution learn` replaces the velocity constraints, and this "
+                                   "model also states one", c.span, "remove the known constraints, or the `distribution learn`")
+        group = out["groups"][0]
+        coords = [self.names[n].value for n in self._coordinate_names()]
+        shapes = [q for q in coords if q not in group.coords]
+        G = len(group.coords)
+        fn = self._nn_specs[stmt.name][4]
+        U = GROUPS[group.kind].fields(group.coords)
+        U_inv = (U.adjugate() / sp.simplify(U.det())).applyfunc(sp.simplify)
+        gdot = [S.der(g) for g in group.coords]
+        for a in range(G):
+            xi = sp.Add(*(U_inv[a, j] * gdot[j] for j in range(G)))
+            lift = sp.Add(*(fn(alpha * G + a, *coords) * S.der(r) for alpha, r in enumerate(shapes)))
+            out["constraints"].append(M.Constraint(residual=xi + lift, kind="velocity", span=stmt.span))
+        for k in range(G * len(shapes)):
+            out["outputs"].append(M.Output(name=f"{stmt.name}[{k + 1}]", expr=fn(k, *coords), span=stmt.span))
 
     def _group(self, stmt: A.GroupStmt, bind, out) -> None:
         from ..groups import GROUPS
@@ -1208,7 +1281,6 @@ _NOT_YET_SUPPORTED_NAMES = {
     A.PortStmt: "`port`",
     A.UseStmt: "`use` (model instances)",
     A.ConnectStmt: "`connect`",
-    A.DistributionStmt: "`distribution learn` (constraint discovery)",
 }
 _NOT_YET_SUPPORTED = tuple(_NOT_YET_SUPPORTED_NAMES)
 
@@ -1282,7 +1354,7 @@ def _declared_names(body) -> dict[str, str]:
     for stmt in body:
         if isinstance(stmt, A.DeclStmt):
             out.update((d.name, stmt.kind) for d in stmt.decls)
-        elif isinstance(stmt, A.NNStmt | A.ConstraintLearnStmt):
+        elif isinstance(stmt, A.NNStmt | A.ConstraintLearnStmt | A.DistributionStmt):
             out[stmt.name] = "neural network"
         elif isinstance(stmt, A.BodyStmt):
             out[stmt.name] = "body"
