@@ -45,6 +45,11 @@ def test_a_learned_velocity_constraint_matches_the_rolling_disk(tmp_path, capsys
     for c in result.values():
         assert c.rmse <= 0.1 * R, c  # BENCHMARKS check 20(b): RMSE(Ã, true) ≤ 0.1 R along the trajectory
         assert c.ref_range > 0.3  # the trajectory turns: φ ∈ [0.3, 3.9], so each entry varies along it
+    # the same comparison from the command line
+    assert main(["evaluate", str(model), "--params", str(out / "params.json"), "--data", str(data),
+                 "--reference", str(MODELS / "rolling_disk_reference.phm")]) == 0
+    text = capsys.readouterr().out
+    assert "outputs along the data against RollingDiskReference" in text and "| `a[2]` |" in text
 
 
 def test_a_learned_se2_connection_matches_the_papers(tmp_path, capsys):
