@@ -2,6 +2,7 @@
 
     python benchmarks/repro_rolling_disk.py                  # 2000 epochs (the paper's count), ~5 min on 2 cores
     python benchmarks/repro_rolling_disk.py --epochs 300     # a quicker look
+    python benchmarks/repro_rolling_disk.py --eq18           # the paper's Eq. 18 loss instead (results_rolling_disk_eq18.md)
 
 Protocol (D4.2, with the gaps the paper leaves filled and stated):
 * data: one trajectory of the true disk (models/rolling_disk_se2.phm, Hamel's equations; I = 0.4, J = 0.25,
@@ -87,8 +88,14 @@ def eq18_loss(t, col, A2, A3):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--epochs", type=int, default=2000)
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results_rolling_disk.md"))
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--eq18", action="store_true",
+                    help="train the paper's SE(2) connection (`distribution learn`, 4-20-20-20-3, last layer ELU) by its "
+                         "teacher-forced momentum loss (Eq. 18, --momentum-weight) on the same trajectory")
     args = ap.parse_args(argv)
+    if args.eq18:
+        return eq18_study(args)
+    args.out = args.out or str(ROOT / "benchmarks" / "results_rolling_disk.md")
     t, col = truth(30.0)
     train = t <= 20.0 + 1e-9
     work = Path(tempfile.mkdtemp(prefix="pdsl_disk_"))
@@ -164,6 +171,58 @@ def main(argv=None) -> int:
     ]
     Path(args.out).write_text("\n".join(lines), encoding="utf-8")
     _figures(Path(args.out).parent, t, A_learned, A_true, p_roll, p_true)
+    print("\n".join(lines))
+    return 0
+
+
+EQ18_MODEL = """model Eq18Disk "the rolling disk with the paper's learned SE(2) connection (D4.1)"
+  param I = 0.4, J = 0.25, m = 1.3
+  coord theta = 0.0, phi = 0.0, x = 0.0, y = 0.0
+  lagrangian I/2*der(theta)^2 + J/2*der(phi)^2 + m/2*(der(x)^2 + der(y)^2)
+  group SE2(phi, x, y)
+  distribution learn A: mlp(hidden = [20, 20, 20], act = [sin, sin, sin, elu])
+end
+"""
+
+
+def eq18_study(args) -> int:
+    """Train the paper's model by its Eq. 18 loss (weight 1e4: the rollout term is a small perturbation; AdamW is
+    invariant to the scale of the objective) and compare Ã with the truth along the trajectory."""
+    from pdsl.fit.data import load_dataset
+    from pdsl.fit.reference import compare_outputs
+
+    epochs = args.epochs if args.epochs != 2000 else 100
+    out = Path(args.out or ROOT / "benchmarks" / "results_rolling_disk_eq18.md")
+    t, col = truth(20.0)
+    work = Path(tempfile.mkdtemp(prefix="pdsl_eq18_"))
+    names = ["theta", "phi", "x", "y", "der(theta)", "der(phi)", "der(x)", "der(y)"]
+    data = work / "disk_train.csv"
+    write_table(data, ["t", *names], np.column_stack([t, *[col[n] for n in names]]))
+    model = work / "eq18.phm"
+    model.write_text(EQ18_MODEL, encoding="utf-8")
+    t0 = time.perf_counter()
+    rc = pdsl(["fit", str(model), "--data", str(data), "-o", str(work / "fit"), "--epochs", str(epochs), "--chunk", "10",
+               "--batch", "20", "--val-fraction", "0", "--lr", "0.003", "--momentum-weight", "10000", "--seed", "0", "--quiet"])
+    seconds = time.perf_counter() - t0
+    if rc != 0:
+        return rc
+    num = apply_fitted(compile_model(model).numeric, work / "fit" / "params.json")
+    ref = compile_model(ROOT / "models" / "rolling_disk_reference.phm").numeric
+    found = compare_outputs(num, ref, load_dataset(data, num, latent=True), load_dataset(data, ref, latent=True))
+    hist = np.loadtxt(work / "fit" / "history.csv", delimiter=",", skiprows=1, ndmin=2)
+    lines = [
+        "# The paper's Eq. 18 loss on the rolling disk (BENCHMARKS D3–D4.1)", "",
+        f"`python benchmarks/repro_rolling_disk.py --eq18 --epochs {epochs}` — the paper's model: `group SE2(phi, x, y)`, "
+        "`distribution learn A: mlp(hidden = [20, 20, 20], act = [sin, sin, sin, elu])` (4-20-20-20-3), trained on the "
+        "same 20 s trajectory by the teacher-forced one-step momentum loss (Eq. 18) with weight 1e4 next to the rollout "
+        f"loss; {seconds:.0f} s on this 2-core machine. The objective fell from {hist[0, 1]:.3g} to {hist[-1, 1]:.3g}.", "",
+        "| entry | RMSE against 𝒜 = (0, −R cos φ, −R sin φ) | relative to R | max error |", "|---|---|---|---|",
+        *[f"| `{c.name}` | {c.rmse:.4g} | {c.rmse / R:.3g} | {c.max_abs:.4g} |" for c in found], "",
+        "The loss is minimised while Ã stays far from the true connection: along one disk trajectory Eq. 18 is as small "
+        "at Ã = 0 as at the true 𝒜 (results_rolling_disk.md), so it does not identify the constraint. The rollout and "
+        "constraint-residual losses of results_rolling_disk.md do.", "",
+    ]
+    out.write_text("\n".join(lines), encoding="utf-8")
     print("\n".join(lines))
     return 0
 

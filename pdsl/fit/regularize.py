@@ -13,6 +13,11 @@ Two terms, both functions of θ alone, added to the batch loss J(θ) of :mod:`pd
   velocity constraint (``constraint learn``, ``distribution learn``) is then fitted to the velocities the data
   show — a rollout alone cannot see a violation at a chunk's start, which the constraint's acceleration-level
   row only carries along.
+* **momentum** (the teacher-forced one-step loss of the rolling-disk paper, Eq. 18, BENCHMARKS D3): for the
+  relations d/dt Q = R the lowering derived (``SymbolicSystem.balances``: the paper's full-frame momenta of a
+  model with a group and a learned connection), M(θ) = mean over the data intervals of
+  ‖Q(x_{k+1}) − Q(x_k) − ½ h (R(x_k) + R(x_{k+1}))‖²: the momentum integrated along the data's q(t) from the
+  measured one, for one step (trapezoid rule).
 * **sparsity** (C4, Eq. 8): R(θ) = Σ_j mean_k |f_j(t_k, x_k, u_k; p(θ))|, the L1 norm of chosen
   link flows, averaged over every sample of the *training trajectories*. A flow is named by
 
@@ -60,6 +65,7 @@ MODES = ("penalty", "primal-dual")
 # TOML tables: key -> (python type, description)
 TABLE_KEYS = {
     "constraints": {"weight": (float, "a number ≥ 0")},
+    "momentum": {"weight": (float, "a number ≥ 0")},
     "equilibrium": {"weight": (float, "a number ≥ 0"), "at": (dict, "a table of numbers, e.g. at = { x = 0.0 }")},
     "sparsity": {
         "flows": (list, "a list of names"), "weight": (float, "a number ≥ 0"), "mode": (str, "penalty or primal-dual"),
@@ -115,13 +121,13 @@ def _bad(message: str, hint: str | None = None) -> PdslError:
     return PdslError.at("BadOption", message, hint=hint)
 
 
-def constraint_weight(constraints: Mapping | None) -> float:
-    """The weight of the constraint-residual term (0: off), checked."""
+def constraint_weight(constraints: Mapping | None, key: str = "constraints") -> float:
+    """The weight of the constraint-residual (or the ``momentum``) term (0: off), checked."""
     if not constraints:
         return 0.0
-    w = check_table("constraints", dict(constraints)).get("weight", 1.0)
+    w = check_table(key, dict(constraints)).get("weight", 1.0)
     if not (w >= 0 and np.isfinite(w)):
-        raise _bad(f"constraints weight must be a finite number ≥ 0, got {w}")
+        raise _bad(f"{key} weight must be a finite number ≥ 0, got {w}")
     return w
 
 
@@ -195,10 +201,10 @@ class Regularizer:
     """E(θ) and R(θ) with exact gradients, and the coefficients of the objective (module docstring)."""
 
     def __init__(self, num, layout, eq: EquilibriumSpec | None, sp: SparsitySpec | None, *, model=None, train=None,
-                 w_con: float = 0.0):
+                 w_con: float = 0.0, w_mom: float = 0.0):
         from .loss import state_from_shown
 
-        self.num, self.layout, self.eq, self.sp, self.w_con = num, layout, eq, sp, w_con
+        self.num, self.layout, self.eq, self.sp, self.w_con, self.w_mom = num, layout, eq, sp, w_con, w_mom
         self.lam = sp.lambda0 if sp is not None and sp.mode == "primal-dual" else None
         theta = ca.MX.sym("theta", layout.n_theta)
         p = layout.casadi_p(theta)
@@ -215,8 +221,13 @@ class Regularizer:
         C = ca.MX(0)
         if w_con:
             C = self._constraint_residuals(num, g, p, train)
+        Mo = ca.MX(0)
+        self.momentum_names: tuple[str, ...] = ()
+        if w_mom:
+            Mo = self._momentum(num, g, p, train)
         self.terms = ca.Function("regularizer", [theta], [E, ca.gradient(E, theta), R, ca.gradient(R, theta),
-                                                          C, ca.gradient(C, theta)], ["theta"], ["E", "dE", "R", "dR", "C", "dC"])
+                                                          C, ca.gradient(C, theta), Mo, ca.gradient(Mo, theta)],
+                                 ["theta"], ["E", "dE", "R", "dR", "C", "dC", "M", "dM"])
 
     # ---- the two terms
     def _rhs_at_point(self, num, g, p):
@@ -248,6 +259,41 @@ class Regularizer:
         if len(T) == 0:
             raise _bad("constraints: no training samples to evaluate the residuals on")
         return ca.sum2(r.map(len(T))(ca.DM(T[None, :]), ca.DM(S.T), p)) / len(T)
+
+    def _momentum(self, num, g, p, train):
+        from ..backend.functions import to_casadi
+        from ..resolve.model import Output
+
+        system = num.system
+        if not system.balances:
+            raise _bad(f"--momentum-weight: {system.name} has no momentum relations",
+                       hint="the teacher-forced momentum loss (Eq. 18) needs a model with a `group` and a learned "
+                            "connection (`distribution learn`)")
+        outs = [Output(name=f"Q{k}", expr=b.quantity, span=b.origin) for k, b in enumerate(system.balances)]
+        outs += [Output(name=f"R{k}", expr=b.rate, span=b.origin) for k, b in enumerate(system.balances)]
+        fnum = to_casadi(replace(system, outputs=tuple(outs)), kind=num.kind)
+        nb = len(system.balances)
+        sym = ca.SX.sym if num.kind == "SX" else ca.MX.sym
+        t, s, pp = sym("t"), sym("s", len(num.report_names)), sym("p", len(num.p_names))
+        z, u = sym("z", 0), sym("u", len(num.u_names))
+        y = fnum.outputs(t, g(t, s, pp), z, pp, u)
+        qr = ca.Function("momentum", [t, s, pp, u], [y])
+        terms, count = [], 0
+        for tr in train.trajectories:
+            n = len(tr.t)
+            if n < 2:
+                continue
+            U = tr.U.T if num.u_names else np.zeros((0, n))
+            Y = qr.map(n)(ca.DM(tr.t[None, :]), ca.DM(tr.S.T), p, ca.DM(U))
+            Q, R = Y[:nb, :], Y[nb:, :]
+            h = ca.DM(np.diff(tr.t)[None, :])
+            step = Q[:, 1:] - Q[:, :-1] - 0.5 * (R[:, 1:] + R[:, :-1]) * ca.repmat(h, nb, 1)
+            terms.append(ca.sum1(ca.sum2(step * step)))
+            count += n - 1
+        if not count:
+            raise _bad("momentum: no training intervals to evaluate the loss on")
+        self.momentum_names = tuple(b.name for b in system.balances)
+        return sum(terms[1:], terms[0]) / count
 
     def _sparsity(self, num, g, p, model, train):
         from ..backend.functions import to_casadi
@@ -282,9 +328,9 @@ class Regularizer:
         return self.sp.weight if self.sp is not None else 0.0
 
     def values(self, theta) -> dict:
-        """The unweighted terms: ‖f(z*, u*)‖², Σ_j mean_k |f_j| and mean_k ‖r_k‖²."""
-        E, _, R, _, C, _ = self.terms(np.asarray(theta, dtype=float))
-        return {"equilibrium": float(E), "sparsity": float(R), "constraints": float(C)}
+        """The unweighted terms: ‖f(z*, u*)‖², Σ_j mean_k |f_j|, mean_k ‖r_k‖² and the momentum loss."""
+        E, _, R, _, C, _, Mo, _ = self.terms(np.asarray(theta, dtype=float))
+        return {"equilibrium": float(E), "sparsity": float(R), "constraints": float(C), "momentum": float(Mo)}
 
     def key(self):
         return self.lam
@@ -293,8 +339,9 @@ class Regularizer:
         """The objective and its gradient from the data term (J, dJ) — symbolic or numeric.
 
         penalty: J + w_eq·E + w_sp·R;  primal–dual: λ (J + w_eq·E − ε) + w_sp·R."""
-        E, dE, R, dR, C, dC = self.terms(theta)
-        fit, dfit = J + self.w_eq * E + self.w_con * C, dJ + self.w_eq * dE + self.w_con * dC
+        E, dE, R, dR, C, dC, Mo, dMo = self.terms(theta)
+        fit = J + self.w_eq * E + self.w_con * C + self.w_mom * Mo
+        dfit = dJ + self.w_eq * dE + self.w_con * dC + self.w_mom * dMo
         if self.lam is None:
             return fit + self.w_sp * R, dfit + self.w_sp * dR
         return self.lam * (fit - self.sp.epsilon) + self.w_sp * R, self.lam * dfit + self.w_sp * dR
@@ -306,6 +353,9 @@ class Regularizer:
 
     def describe(self) -> list[str]:
         lines = []
+        if self.w_mom:
+            lines.append(f"teacher-forced momentum loss (the paper's Eq. 18) {self.w_mom:g}·mean‖ΔQ − ∫R dt‖² over the data "
+                         f"intervals, Q = {', '.join(self.momentum_names)}")
         if self.w_con:
             lines.append(f"constraint residual penalty {self.w_con:g}·mean‖r(x_k)‖² at the measured states (training samples)")
         if self.eq is not None:
@@ -362,6 +412,7 @@ class RegularizedLoss:
         v = self.reg.values(theta)
         rec = state.extra.setdefault("regularizer", {"equilibrium": [], "sparsity": [], "fit": [], "lambda": []})
         rec.setdefault("constraints", []).append(v["constraints"])
+        rec.setdefault("momentum", []).append(v["momentum"])
         rec["equilibrium"].append(v["equilibrium"])
         rec["sparsity"].append(v["sparsity"])
         if self.reg.lam is not None:
@@ -375,9 +426,10 @@ def wrap_loss(loss, cfg, model, num, layout, train):
     """``loss`` itself without regularisers, else a :class:`RegularizedLoss` (settings of ``cfg``)."""
     eq, sp = specs_from_config(cfg.equilibrium, cfg.sparsity)
     w_con = constraint_weight(getattr(cfg, "constraints", None))
-    if eq is None and sp is None and not w_con:
+    w_mom = constraint_weight(getattr(cfg, "momentum", None), "momentum")
+    if eq is None and sp is None and not w_con and not w_mom:
         return loss
-    return RegularizedLoss(loss, Regularizer(num, layout, eq, sp, model=model, train=train, w_con=w_con))
+    return RegularizedLoss(loss, Regularizer(num, layout, eq, sp, model=model, train=train, w_con=w_con, w_mom=w_mom))
 
 
 def epoch_callback(loss, state, train_chunks, save: Callable) -> Callable:

@@ -241,7 +241,13 @@ def _lower_lagrangian(model: Model, options: LowerOptions) -> SymbolicSystem:
         for c in model.constraints if c.kind == "velocity"
     )
     positions = {c.symbol for c in model.variables_of("coord")}
-    return replace(system, invariants=derived_invariants(system, positions, velocity))
+    system = replace(system, invariants=derived_invariants(system, positions, velocity))
+    if model.groups:  # a group whose constraints Hamel's lowering left here (a learned connection)
+        from .hamel import group_relations
+
+        derivation, balances = group_relations(model)
+        system = replace(system, derivation=derivation, balances=balances)
+    return system
 
 
 LAGRANGIAN = register(Formalism(

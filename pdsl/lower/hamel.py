@@ -28,6 +28,8 @@ residual ``simulate`` reports — for another system they may not hold, and the 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import sympy as sp
 
@@ -79,9 +81,17 @@ def _inv(M: sp.Matrix) -> sp.Matrix:
 
 
 def _numeric_rank(M: sp.Matrix, point: dict) -> int:
+    """The rank of M at a generic point; network calls (a learned connection) take generic values too."""
+    from sympy.core.function import AppliedUndef
+
     if M.shape[0] == 0 or M.shape[1] == 0:
         return 0
-    values = np.array(M.xreplace(point).evalf(), dtype=float)
+    M = M.xreplace(point)
+    calls = sorted({c for e in M for c in e.atoms(AppliedUndef)}, key=str)
+    if calls:
+        rng = np.random.default_rng(7)
+        M = M.xreplace({c: sp.Float(rng.uniform(-1.0, 1.0)) for c in calls})
+    values = np.array(M.evalf(), dtype=float)
     return int(np.linalg.matrix_rank(values, tol=1e-9 * max(1.0, float(np.max(np.abs(values))))))
 
 
@@ -112,21 +122,25 @@ def _quasi_name(model: Model) -> str:
     return "hamel_v"
 
 
-def lower_hamel(model: Model) -> SymbolicSystem:
-    check_no_unsupported(model, {"lagrangian", "constraints", "generalized_forces"}, "lagrangian")
-    resolve_input_laws(model)
-    (group,) = model.groups
-    coords = model.variables_of("coord")
-    if not coords or model.variables_of("var") or model.variables_of("momentum"):
-        raise PdslError.at("MixedFormalism", "a `group` acts on the generalized coordinates of a `lagrangian` model",
-                           group.span, "declare the coordinates with `coord` and write the model with a `lagrangian`")
-    L = model.lagrangian.expr
-    span = model.lagrangian.span
-    check_finite(L, span, "the lagrangian")
-    _check_lagrangian_symbols(model, L, span)
-    q = [c.symbol for c in coords]
-    qd = [S.der(x) for x in q]
-    _check_momenta_free_of_inputs(model, [sp.diff(L, x) for x in qd], span)
+@dataclass
+class _Frames:
+    """The group reduction of a model's velocity constraints (module docstring)."""
+
+    n: int
+    g: list
+    r: list
+    sigma: int
+    G: int
+    Ug: sp.Matrix
+    dep: list
+    ind: list
+    Ft: sp.Matrix  # frame of the distribution (columns), shape lifts first
+    F: sp.Matrix  # the whole frame: Ft, then the dependent generators
+    F_inv: sp.Matrix
+    conn: sp.Matrix  # 𝒜^a_α (G × σ)
+
+
+def _frames(model: Model, group, q, qd, L) -> _Frames:
     n = len(q)
     index = {x: i for i, x in enumerate(q)}
     g = list(group.coords)
@@ -205,13 +219,39 @@ def lower_hamel(model: Model) -> SymbolicSystem:
         for i, j in enumerate(ind):
             W_inv[m_ind + d, j] = -D[d, i]
     F_inv = _simp(W_inv * Psi_inv)
-    assert _simp(F_inv * F) == sp.eye(n), "the Hamel frame is not inverted by its coframe"
+    from sympy.core.function import AppliedUndef
+
+    if not any(e.atoms(AppliedUndef) for e in F):  # (with a learned connection the check is the same algebra)
+        assert _simp(F_inv * F) == sp.eye(n), "the Hamel frame is not inverted by its coframe"
 
     # connection: ũ_α = ∂_α − 𝒜^a_α u_{σ+a}
     conn = sp.zeros(G, sigma)
     for alpha in range(sigma):
         for d, jd in enumerate(dep):
             conn[jd - sigma, alpha] = -D[d, alpha]
+
+    return _Frames(n=n, g=g, r=r, sigma=sigma, G=G, Ug=Ug, dep=dep, ind=ind, Ft=Ft, F=F, F_inv=F_inv, conn=conn)
+
+
+def lower_hamel(model: Model) -> SymbolicSystem:
+    check_no_unsupported(model, {"lagrangian", "constraints", "generalized_forces"}, "lagrangian")
+    resolve_input_laws(model)
+    (group,) = model.groups
+    coords = model.variables_of("coord")
+    if not coords or model.variables_of("var") or model.variables_of("momentum"):
+        raise PdslError.at("MixedFormalism", "a `group` acts on the generalized coordinates of a `lagrangian` model",
+                           group.span, "declare the coordinates with `coord` and write the model with a `lagrangian`")
+    L = model.lagrangian.expr
+    span = model.lagrangian.span
+    check_finite(L, span, "the lagrangian")
+    _check_lagrangian_symbols(model, L, span)
+    q = [c.symbol for c in coords]
+    qd = [S.der(x) for x in q]
+    _check_momenta_free_of_inputs(model, [sp.diff(L, x) for x in qd], span)
+    fr = _frames(model, group, q, qd, L)
+    n, g, r, sigma, G, Ug = fr.n, fr.g, fr.r, fr.sigma, fr.G, fr.Ug
+    dep, ind, Ft, F, conn = fr.dep, fr.ind, fr.Ft, fr.F, fr.conn
+    F_inv, m_ind = fr.F_inv, len(fr.ind)
 
     vname = _quasi_name(model)
     v_all = [S.sym(f"{vname}[{i + 1}]") for i in range(n)]
@@ -269,6 +309,42 @@ def lower_hamel(model: Model) -> SymbolicSystem:
     )
 
 
+def _paper_relations(q, qd, L, r, gen, Ft, sigma, to_v, origin):
+    """The paper's full frame (ũ_α for the shapes, every generator), its momenta p̂ = ∂l/∂(ṙ, Ω) with Ω = ξ + 𝒜ṙ and
+    the relations ṗ̂_i = Σ ĉ^m_ji p̂_m v̂^j (its Eqs. 72–75 for the disk), in the variables of ``to_v`` (der(q) ->
+    expressions of the states). Returns the display items and the :class:`Balance` records."""
+    n, G = len(q), len(gen)
+    # the paper's full frame: (ũ_α for shapes, every generator); quasi-velocities (ṙ, Ω), Ω = ξ + 𝒜 ṙ
+    full = sp.zeros(n, n)
+    for alpha in range(sigma):
+        full[:, alpha] = Ft[:, alpha]
+    for a in range(G):
+        full[:, sigma + a] = gen[a]
+    full_inv = _inv(full)
+    qdot_D = sp.Matrix([to_v[x] for x in qd])
+    vhat = _simp(full_inv * qdot_D)  # (ṙ, Ω) on D, in the states
+    dLdqd = sp.Matrix([sp.diff(L, x) for x in qd])
+    phat = [_simp(sp.expand((full[:, i].T * dLdqd)[0, 0].xreplace(to_v))) for i in range(n)]
+    psym = [S.sym(f"p̂[{i + 1}]") for i in range(n)]
+    cols = [full[:, i] for i in range(n)]
+    balances, rel = [], []
+    for i in range(n):
+        rate_sym = sp.Integer(0)
+        for j in range(n):
+            if j == i:
+                continue
+            cji = _simp(full_inv * _bracket(cols[j], cols[i], q))
+            rate_sym += sp.Add(*(cji[m] * psym[m] * vhat[j] for m in range(n)))
+        rate_sym = sp.factor_terms(sp.expand(rate_sym))
+        rate = sp.expand(rate_sym.xreplace(dict(zip(psym, phat))))
+        balances.append(Balance(name=f"p̂[{i + 1}]", quantity=phat[i], rate=rate, origin=origin,
+                                label=f"full-frame momentum relation {i + 1} (the paper's Eqs. 72–75 form)"))
+        rel.append(DerivationItem.of(f"d/dt p̂[{i + 1}]", rate_sym))
+    items_p = tuple(DerivationItem.of(f"p̂[{i + 1}]", phat[i]) for i in range(n)) + tuple(
+        DerivationItem.of(f"v̂[{j + 1}]", vhat[j]) for j in range(n))
+    return items_p, tuple(rel), tuple(balances)
+
+
 def _derivation(model, group, r, g, q, qd, L, Ug, conn, Ft, F, dep, ind, v, v_all, l_D, p_full, c, to_v, sigma, vname):
     """What `show` prints, and the full-frame momentum relations (the paper's Eqs. 72–75 form) as balances."""
     n, G, m_ind = len(q), len(g), len(v)
@@ -301,39 +377,41 @@ def _derivation(model, group, r, g, q, qd, L, Ug, conn, Ft, F, dep, ind, v, v_al
     sec.append(DerivationSection.of("Structure coefficients [ũ_j, ũ_i] = c^m_ji u_m (nonzero, j < i; c^m_ij = −c^m_ji)", sc,
                                  "" if sc else "all brackets of the frame of D vanish"))
 
-    # the paper's full frame: (ũ_α for shapes, every generator); quasi-velocities (ṙ, Ω), Ω = ξ + 𝒜 ṙ
-    full = sp.zeros(n, n)
-    for alpha in range(sigma):
-        full[:, alpha] = Ft[:, alpha]
-    for a in range(G):
-        full[:, sigma + a] = gen[a]
-    full_inv = _inv(full)
-    qdot_D = sp.Matrix([to_v[x] for x in qd])
-    vhat = _simp(full_inv * qdot_D)  # (ṙ, Ω) on D, in the states
-    dLdqd = sp.Matrix([sp.diff(L, x) for x in qd])
-    phat = [_simp(sp.expand((full[:, i].T * dLdqd)[0, 0].xreplace(to_v))) for i in range(n)]
-    psym = [S.sym(f"p̂[{i + 1}]") for i in range(n)]
-    cols = [full[:, i] for i in range(n)]
-    balances, rel = [], []
-    for i in range(n):
-        rate_sym = sp.Integer(0)
-        for j in range(n):
-            if j == i:
-                continue
-            cji = _simp(full_inv * _bracket(cols[j], cols[i], q))
-            rate_sym += sp.Add(*(cji[m] * psym[m] * vhat[j] for m in range(n)))
-        rate_sym = sp.factor_terms(sp.expand(rate_sym))
-        rate = sp.expand(rate_sym.xreplace(dict(zip(psym, phat))))
-        balances.append(Balance(name=f"p̂[{i + 1}]", quantity=phat[i], rate=rate, origin=group.span,
-                                label=f"full-frame momentum relation {i + 1} (the paper's Eqs. 72–75 form)"))
-        rel.append(DerivationItem.of(f"d/dt p̂[{i + 1}]", rate_sym))
-    sec.append(DerivationSection.of("Full-frame momenta p̂ = ∂l/∂(ṙ, Ω) of the paper (frame ũ_α, u_{σ+a}; Ω = ξ + 𝒜ṙ)",
-                                 tuple(DerivationItem.of(f"p̂[{i + 1}]", phat[i]) for i in range(n))
-                                 + tuple(DerivationItem.of(f"v̂[{j + 1}]", vhat[j]) for j in range(n))))
-    sec.append(DerivationSection.of("Momentum relations ṗ̂_i = Σ ĉ^m_ji p̂_m v̂^j (without u_i[l], as in the paper)", tuple(rel),
-                                 "the paper's form: they hold along the rolling disk's motion (BENCHMARKS D4.1) but are not "
-                                 "a law of every system; `simulate` reports their residual along the trajectory"))
-    return tuple(sec), tuple(balances)
+    items_p, items_rel, balances = _paper_relations(q, qd, L, r, gen, Ft, sigma, to_v, group.span)
+    sec.append(DerivationSection.of("Full-frame momenta p̂ = ∂l/∂(ṙ, Ω) of the paper (frame ũ_α, u_{σ+a}; Ω = ξ + 𝒜ṙ)", items_p))
+    sec.append(DerivationSection.of("Momentum relations ṗ̂_i = Σ ĉ^m_ji p̂_m v̂^j (without u_i[l], as in the paper)", items_rel,
+                                    "the paper's form: they hold along the rolling disk's motion (BENCHMARKS D4.1) but are not "
+                                    "a law of every system; `simulate` reports their residual along the trajectory"))
+    return tuple(sec), balances
+
+
+def _generator_vectors(fr: _Frames, q) -> list[sp.Matrix]:
+    index = {x: i for i, x in enumerate(q)}
+    gen = []
+    for a in range(fr.G):
+        vec = sp.zeros(len(q), 1)
+        for j, x in enumerate(fr.g):
+            vec[index[x]] = fr.Ug[j, a]
+        gen.append(vec)
+    return gen
+
+
+def group_relations(model: Model) -> tuple[tuple[DerivationSection, ...], tuple[Balance, ...]]:
+    """For a model with a group lowered by Lagrange–d'Alembert (a learned connection, whose constraints call a
+    network): its connection and the paper's full-frame momentum relations in the states (q, der(q)) — the
+    quantities of the paper's teacher-forced Eq. 18 loss (``pdsl fit --momentum-weight``)."""
+    (group,) = model.groups
+    q = [c.symbol for c in model.variables_of("coord")]
+    qd = [S.der(x) for x in q]
+    L = model.lagrangian.expr
+    fr = _frames(model, group, q, qd, L)
+    items_p, items_rel, balances = _paper_relations(q, qd, L, fr.r, _generator_vectors(fr, q), fr.Ft, fr.sigma,
+                                                    {x: x for x in qd}, group.span)
+    conn = tuple(DerivationItem.of(f"𝒜^{a + 1}_{fr.r[alpha].name}", fr.conn[a, alpha])
+                 for alpha in range(fr.sigma) for a in range(fr.G))
+    return (DerivationSection.of(f"Connection 𝒜 of group {group.kind}({', '.join(x.name for x in fr.g)})", conn),
+            DerivationSection.of("Momentum relations of the paper (Eqs. 72–75 form) with this connection", items_rel,
+                                 "the quantities of the teacher-forced Eq. 18 loss (`pdsl fit --momentum-weight`)")), balances
 
 
 def _lower(model: Model, options: LowerOptions) -> SymbolicSystem:

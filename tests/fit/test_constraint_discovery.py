@@ -102,3 +102,28 @@ def test_the_untrained_network_is_far_from_the_constraint():
     d = Dataset(path="analytic", shown=shown, observed=shown, inputs=(), dt=0.02, trajectories=(tr,))
     result = compare_outputs(num, ref, d, d)
     assert max(c.rmse for c in result) > 0.1 * R
+
+
+def test_the_papers_momentum_loss_is_available_and_reported(tmp_path, capsys):
+    """`--momentum-weight`: the teacher-forced one-step momentum loss (Eq. 18) of a model with a group and a learned
+    connection is trained next to the rollout loss, and the report says so; a model without momentum relations is
+    told why not."""
+    data = tmp_path / "disk.csv"
+    assert main(["simulate", str(MODELS / "rolling_disk.phm"), "--t-end", "1", "--dt", "0.05", "--init", "phi=0.3",
+                 "--init", "der(theta)=1.7", "--init", "der(phi)=0.6", "-o", str(data)]) == 0
+    model = tmp_path / "eq18.phm"
+    model.write_text("model Eq18\n  param I = 0.4, J = 0.25, m = 1.3\n  coord theta = 0.0, phi = 0.0, x = 0.0, y = 0.0\n"
+                     "  lagrangian I/2*der(theta)^2 + J/2*der(phi)^2 + m/2*(der(x)^2 + der(y)^2)\n"
+                     "  group SE2(phi, x, y)\n  distribution learn A: mlp(hidden = [4], act = [sin, elu])\nend\n",
+                     encoding="utf-8")
+    out = tmp_path / "fit"
+    assert main(["fit", str(model), "--data", str(data), "-o", str(out), "--epochs", "4", "--chunk", "5",
+                 "--val-fraction", "0", "--momentum-weight", "1", "--quiet"]) == 0
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "teacher-forced momentum loss (the paper's Eq. 18)" in report and "p̂[4]" in report
+    plain = tmp_path / "plain.phm"
+    plain.write_text((MODELS / "rolling_disk_discovery.phm").read_text(encoding="utf-8"), encoding="utf-8")
+    capsys.readouterr()
+    assert main(["fit", str(plain), "--data", str(data), "-o", str(tmp_path / "fit2"), "--epochs", "2",
+                 "--momentum-weight", "1", "--quiet"]) == 2
+    assert "has no momentum relations" in capsys.readouterr().err

@@ -175,3 +175,42 @@ def test_translation_group_reduces_a_knife_edge_in_the_plane(tmp_path):
     rh = simulate(c.numeric, grid, x0=start, rtol=1e-11)
     rl = simulate(compile_model(plain).numeric, grid, x0=start, rtol=1e-11)
     assert np.abs(rh.shown[:, :6] - rl.shown).max() <= 1e-8
+
+
+def test_learned_connection_relations_match_benchmarks_d41(tmp_path):
+    """`group SE2` with `distribution learn A`: the momentum relations with a learned connection (the quantities of the
+    Eq. 18 loss) equal BENCHMARKS D4.1's reconstruction from the learned brackets [u_k, ũ1], for any connection."""
+    from sympy.core.function import AppliedUndef
+
+    model = tmp_path / "learned.phm"
+    model.write_text("model Learned\n  param I = 0.4, J = 0.25, m = 1.3\n  coord theta = 0.0, phi = 0.0, x = 0.0, y = 0.0\n"
+                     "  lagrangian I/2*der(theta)^2 + J/2*der(phi)^2 + m/2*(der(x)^2 + der(y)^2)\n"
+                     "  group SE2(phi, x, y)\n  distribution learn A: mlp(hidden = [4])\nend\n", encoding="utf-8")
+    s = compile_model(model).system
+    assert s.formalism == "lagrangian" and len(s.balances) == 4
+    th, phi, x, y = (_sym(n) for n in ("theta", "phi", "x", "y"))
+    td, pd, xd, yd = (_sym(f"der({n})") for n in ("theta", "phi", "x", "y"))
+    A = [sp.Function(f"A{k}")(th, phi, x, y) for k in range(1, 4)]
+
+    def as_functions(e):  # the network's outputs as arbitrary functions of the configuration
+        return e.replace(lambda f: isinstance(f, AppliedUndef) and f.func.__name__ == "nn_A",
+                         lambda f: A[int(f.args[0])]).doit()
+
+    p = [_sym(f"p̂[{i}]") for i in range(1, 5)]
+    rel = [as_functions(it.value) for it in s.derivation[-1].items]
+    u2 = lambda f: sp.diff(f, phi) - y * sp.diff(f, x) + x * sp.diff(f, y)  # noqa: E731
+    # c~^m_{k1}: coefficients of u2, u3, u4 in [u_k, ũ1] (D4.1, reconstructed from Eq. 29)
+    c = {2: [-u2(A[0]), -(u2(A[1]) + A[2]), -(u2(A[2]) - A[1])],
+         3: [-sp.diff(A[0], x), -sp.diff(A[1], x), -(sp.diff(A[2], x) + A[0])],
+         4: [-sp.diff(A[0], y), -(sp.diff(A[1], y) - A[0]), -sp.diff(A[2], y)]}
+    Om = [pd + A[0] * td, xd + y * pd + A[1] * td, yd - x * pd + A[2] * td]
+    v = {2: Om[0], 3: Om[1], 4: Om[2]}
+    P = p[1:]
+    expected = [
+        sum(v[k] * sum(c[k][m] * P[m] for m in range(3)) for k in (2, 3, 4)),
+        -td * sum(c[2][m] * P[m] for m in range(3)) + p[3] * Om[1] - p[2] * Om[2],
+        -td * sum(c[3][m] * P[m] for m in range(3)) - p[3] * Om[0],
+        -td * sum(c[4][m] * P[m] for m in range(3)) + p[2] * Om[0],
+    ]
+    for got, want in zip(rel, expected):
+        assert sp.expand(got - want) == 0
