@@ -249,7 +249,7 @@ def lower_hamel(model: Model) -> SymbolicSystem:
     qd = [S.der(x) for x in q]
     _check_momenta_free_of_inputs(model, [sp.diff(L, x) for x in qd], span)
     fr = _frames(model, group, q, qd, L)
-    n, g, r, sigma, G, Ug = fr.n, fr.g, fr.r, fr.sigma, fr.G, fr.Ug
+    n, g, r, sigma, Ug = fr.n, fr.g, fr.r, fr.sigma, fr.Ug
     dep, ind, Ft, F, conn = fr.dep, fr.ind, fr.Ft, fr.F, fr.conn
     F_inv, m_ind = fr.F_inv, len(fr.ind)
 

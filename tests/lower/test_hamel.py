@@ -53,7 +53,7 @@ def test_disk_hamel_equations_connection_and_relations():
     assert s.formalism == "hamel" and not s.multipliers
     assert [st.name for st in s.states] == ["theta", "phi", "x", "y", "v[1]", "v[2]"]  # n + (n − k)
     Ii, Jj, m, Rr = (_sym(n) for n in ("I", "J", "m", "R"))
-    v1, v2 = _sym("v[1]"), _sym("v[2]")
+    v2 = _sym("v[2]")
     d1, d2 = s.states[4].rate, s.states[5].rate
     dyn = [e for e in s.differential if "Hamel" in e.label]
     assert sp.simplify(dyn[0].lhs - (Ii + m * Rr**2) * d1) == 0 and dyn[0].rhs == 0  # (I + mR²)θ̈ = 0
