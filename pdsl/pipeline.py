@@ -56,7 +56,7 @@ class CompileOptions:
         return state
 
     @cached_property
-    def lowering(self) -> "LowerOptions":
+    def lowering(self) -> LowerOptions:
         from .lower.registry import LowerOptions
 
         return LowerOptions(self.formulation, self.stabilize)
@@ -106,7 +106,7 @@ def compile_model(
     consts: Mapping[str, int] | None = None,
     formulation: str | None = None,
     seed: int | None = None,
-    cache: "ModelCache | bool | None" = None,
+    cache: ModelCache | bool | None = None,
 ) -> Compiled:
     """Parse, resolve, lower and (unless ``options.numeric`` is false) translate to CasADi.
 

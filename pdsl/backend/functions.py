@@ -60,6 +60,8 @@ class NumericSystem:
     switches: ca.Function | None = None
     # how many conditions (``if``) of the dynamics read the state: stepped through, not located as events
     state_conditions: int = 0
+    # per state: declared with a start value (projection moves the others first; read without the symbolic system)
+    x_declared: tuple[bool, ...] | None = None
 
     @property
     def nx(self) -> int:
@@ -188,6 +190,7 @@ def to_casadi(system: SymbolicSystem, *, seed: int = 0, kind: str | None = None)
     n_time = len(time_conditions(list(rels), {q.symbol for q in system.params})) if rels else 0
     return NumericSystem(
         state_conditions=len(rels) - n_time,
+        x_declared=tuple(s.start is not None for s in system.states),
         system=system,
         kind=kind,
         x_names=x_names,

@@ -31,7 +31,10 @@ def lower_plain(model: Model) -> SymbolicSystem:
     diags.raise_if_any()
 
     ders = {S.der(v.symbol): v for v in model.variables}
-    used_ders = set().union(*(e.lhs.free_symbols | e.rhs.free_symbols for e in model.equations)) if model.equations else set()
+    # the free symbols of each side, once: sympy walks the whole tree for every `free_symbols` (N-body sums are
+    # large trees), so the passes below reuse these sets
+    free = [(e.lhs.free_symbols, e.rhs.free_symbols) for e in model.equations]
+    used_ders = set().union(*(a | b for a, b in free)) if model.equations else set()
     for u in model.inputs:
         if u.law is not None and u.law.free_symbols & set(ders):
             raise PdslError.at(
@@ -47,20 +50,26 @@ def lower_plain(model: Model) -> SymbolicSystem:
     rates = set(to_rate.values())
 
     differential, algebraic = [], []
-    for eq in model.equations:
-        lhs, rhs = eq.lhs.xreplace(to_rate), eq.rhs.xreplace(to_rate)
-        check_finite(lhs - rhs, eq.span, "this equation")
-        present = sorted((lhs - rhs).free_symbols & rates, key=lambda s: s.name)
+    rhs_rates: list[bool] = []  # per differential equation: its right side holds a rate
+    for eq, (lhs_free, rhs_free) in zip(model.equations, free):
+        lhs = eq.lhs.xreplace(to_rate) if lhs_free & to_rate.keys() else eq.lhs
+        rhs = eq.rhs.xreplace(to_rate) if rhs_free & to_rate.keys() else eq.rhs
+        check_finite(lhs, eq.span, "this equation")
+        check_finite(rhs, eq.span, "this equation")
+        present = sorted({to_rate[d] for d in (lhs_free | rhs_free) & to_rate.keys()}, key=lambda s: s.name)
         if not present:
             if (lhs - rhs) == 0:
                 diags.error("TrivialEquation", "this equation is always true (0 = 0)", eq.span)
                 continue
             algebraic.append(Equation(lhs=lhs, rhs=rhs, origin=eq.span, label="algebraic"))
             continue
-        residual = lhs - rhs
-        nonlinear = [
-            (a, b) for a, b in itertools.combinations_with_replacement(present, 2) if sp.diff(residual, a, b) != 0
-        ]
+        if lhs in rates and not (rhs_free & to_rate.keys()):
+            nonlinear = []  # der(x) = f with f free of derivatives: linear, without differentiating f twice
+        else:
+            residual = lhs - rhs
+            nonlinear = [
+                (a, b) for a, b in itertools.combinations_with_replacement(present, 2) if sp.diff(residual, a, b) != 0
+            ]
         if nonlinear:
             a, b = nonlinear[0]
             diags.error(
@@ -73,6 +82,7 @@ def lower_plain(model: Model) -> SymbolicSystem:
             )
             continue
         differential.append(Equation(lhs=lhs, rhs=rhs, origin=eq.span, label="ode"))
+        rhs_rates.append(bool(rhs_free & to_rate.keys()))
     if any(d.code == "NonlinearDerivative" for d in diags.items):
         diags.raise_if_any()  # the counts below would only repeat the same problem
 
@@ -97,7 +107,7 @@ def lower_plain(model: Model) -> SymbolicSystem:
     if not states and not alg_vars and not diags and not model.outputs:  # outputs only: a signal block (std:signals)
         diags.error("EmptyModel", f"model `{model.name}` has no equations", model.span, "add `var x` and `der(x) = ...`")
     diags.raise_if_any()
-    outputs = _outputs_without_derivatives(model, differential, to_rate)
+    outputs = _outputs_without_derivatives(model, differential, to_rate, rhs_rates)
 
     return SymbolicSystem(
         name=model.name,
@@ -120,16 +130,19 @@ def lower_plain(model: Model) -> SymbolicSystem:
     )
 
 
-def _outputs_without_derivatives(model: Model, differential, to_rate) -> tuple:
+def _outputs_without_derivatives(model: Model, differential, to_rate, rhs_rates=None) -> tuple:
     """Outputs may use der(x) of a state when its equation is explicit (``der(x) = f``): f replaces it.
 
     Outputs are functions of (t, x, p, u); a derivative that is only defined implicitly, or the
     derivative of an algebraic variable, is a located error.
     """
     explicit = {}
-    for eq in differential:
-        rates = set(to_rate.values())
-        if eq.lhs in rates and not (eq.rhs.free_symbols & rates):
+    rates = set(to_rate.values())
+    if not model.outputs:
+        return ()
+    for k, eq in enumerate(differential):
+        has_rate = rhs_rates[k] if rhs_rates is not None else bool(eq.rhs.free_symbols & rates)
+        if eq.lhs in rates and not has_rate:
             explicit[eq.lhs] = eq.rhs
     ders = {S.der(v.symbol): v for v in model.variables}
     out = []

@@ -65,6 +65,7 @@ from .ir import Algebraic, Constraint, Equation, Port, PowerTerm, SymbolicSystem
 from .registry import Formalism, LowerOptions, register
 from .structural import close as _close
 from .structural import closure as _closure  # noqa: F401 (used by the network solve)
+from .structural import derivative as _derivative
 from .structural import eliminate_aliases as _eliminate_aliases
 from .structural import is_rational
 from .structural import solve_linear as _solve_linear
@@ -404,7 +405,7 @@ def _collect(model: Model) -> _Net:
             var = el.state
             st = make_state(var.name, var, None, el.span)
             states.append(st)
-            grad = sp.diff(el.energy, el.state)
+            grad = _derivative(el.energy, el.state)
             if el.integrates == "flow":  # ẋ = f, e = ∂H/∂x
                 equations += [(st.rate - f, el.span, f"flow store {el.name}: der({var.name}) = f"),
                               (e - grad, el.span, f"flow store {el.name}: e = ∂H/∂{var.name}")]
@@ -515,7 +516,7 @@ def _twoport(el: TwoPort) -> list:
     rel = el.relation
     ea, fa, eb, fb = el.e_a, el.f_a, el.e_b, el.f_b
     other = fb if el.form == "gyrator" else eb
-    ca, co = sp.diff(rel, ea), sp.diff(rel, other)
+    ca, co = _derivative(rel, ea), _derivative(rel, other)
     rest = sp.simplify(rel - ca * ea - co * other)
     bad = (ca.free_symbols | co.free_symbols) & {ea, fa, eb, fb}
     if rest != 0 or bad or ca == 0 or co == 0:

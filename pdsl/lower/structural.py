@@ -43,7 +43,7 @@ def tidy(expr):
     if ops > _TIDY_OPS_LIMIT:
         return expr
     best, best_ops = expr, ops
-    candidates = [sp.expand(expr)]
+    candidates = [expand(expr)]
     if _huge_numbers(expr):  # factorisation of 300-digit coefficients runs primality tests for minutes
         return min(candidates + [expr], key=sp.count_ops)
     # a rational function of the symbols (a linear network, polynomial energies): its expansion is already the
@@ -101,6 +101,34 @@ def close(expr, subs):
 
 
 
+def derivative(e, x):
+    """∂e/∂x, as ``sp.diff`` gives it, for the sums, products and powers that network rows and store energies are
+    made of, without sympy's assumption queries on every intermediate result (``Derivative.__new__`` asks
+    ``is_zero`` of each: ~2 ms a store of a ladder); any other node is left to ``sp.diff``."""
+    if x not in e.free_symbols:
+        return sp.Integer(0)
+    if e == x:
+        return sp.Integer(1)
+    # the rules of Add/Mul/Pow._eval_derivative, in their order of operations (the same expression results)
+    if e.is_Add:
+        return sp.Add(*[derivative(a, x) for a in e.args])
+    if e.is_Mul:
+        args = list(e.args)
+        terms = []
+        for i in range(len(args)):
+            d = derivative(args[i], x)
+            if d:
+                out = sp.Integer(1)
+                for f in args[:i] + [d] + args[i + 1 :]:
+                    out = out * f
+                terms.append(out)
+        return sp.Add.fromiter(terms)
+    if e.is_Pow and x not in e.exp.free_symbols:
+        base, n = e.args
+        return e * (sp.Integer(0) + derivative(base, x) * n / base)
+    return sp.diff(e, x)
+
+
 def eliminate_aliases(eqs, unknowns, subs):
     """Equations a − b = 0 or a + b = 0 between two unknowns: substitute a := ±b."""
 
@@ -108,7 +136,7 @@ def eliminate_aliases(eqs, unknowns, subs):
         if len(r.free_symbols) != 2 or not r.free_symbols <= unknowns:
             return None
         a, b = sorted(r.free_symbols, key=lambda s: s.name)
-        ca, cb = sp.diff(r, a), sp.diff(r, b)
+        ca, cb = derivative(r, a), derivative(r, b)
         if not (ca.is_number and cb.is_number and abs(ca) == abs(cb) and sp.expand(r - ca * a - cb * b) == 0):
             return None
         return a, -cb / ca * b
@@ -124,13 +152,48 @@ def sort_causal(eqs, unknowns, subs):
         if len(free) != 1:
             return None
         (v,) = free
-        c = sp.diff(r, v)
+        c = derivative(r, v)
         if v in c.free_symbols or c == 0:
             return None
         value = -(r - c * v).xreplace({v: 0}) / c
-        return v, (sp.expand(value) if sp.count_ops(value) < 60 else value)
+        return v, (expand(value) if _fewer_ops_than(value, 60) else value)
 
     return substitute(eqs, subs, pick)
+
+
+def expand(expr):
+    """``sp.expand(expr)``, skipped where it cannot change anything: sums of products of symbols and numbers, and
+    powers of symbols with numeric exponents (no product over a sum, no power of a sum or product, no function)."""
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if e.is_Symbol or e.is_Number:
+            continue
+        if e.is_Add:
+            stack.extend(e.args)
+        elif e.is_Mul:
+            if any(a.is_Add for a in e.args):
+                return sp.expand(expr)
+            stack.extend(e.args)
+        elif e.is_Pow and e.exp.is_Number and e.base.is_Symbol:
+            continue
+        else:
+            return sp.expand(expr)
+    return expr
+
+
+def _fewer_ops_than(expr, limit: int) -> bool:
+    """``sp.count_ops(expr) < limit``, answered without counting for small trees: a node adds at most 3 operations
+    (its arguments − 1 ADD/MUL, a DIV, a NEG), so a tree of fewer than limit/3 nodes has fewer than limit."""
+    nodes = 0
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        nodes += 1
+        if 3 * nodes >= limit:
+            return sp.count_ops(expr) < limit
+        stack.extend(e.args)
+    return True
 
 
 def substitute(eqs, subs, pick):

@@ -338,6 +338,12 @@ class _ToAst(Transformer_NonRecursive):
     def equation_stmt(self, meta, items):
         return A.EquationStmt(span=self._sp(meta), lhs=items[0], rhs=items[1])
 
+    def constraint_learn_stmt(self, meta, items):
+        name, arch, args, on, given = items
+        a, k = _split_args(args)
+        return A.ConstraintLearnStmt(span=self._sp(meta), name=str(name), name_span=_span_of(self.path, name), arch=str(arch),
+                                     args=a, kwargs=k, on=tuple(on or ()), given=tuple(given or ()))
+
     def distribution_stmt(self, meta, items):
         name, arch, args = items
         a, k = _split_args(args)

@@ -264,7 +264,9 @@ class Scope:
 
     def child(self, extra: Mapping[str, Value]) -> "Scope":
         """This scope with ``extra`` on top (loop variables): O(len(extra)), the parent is shared."""
-        s = Scope(ChainMap(dict(extra), self.names), der_of=self.der_of, known=self.known)
+        # one level of maps (a ChainMap of ChainMaps makes every lookup recurse once per level of nesting)
+        maps = self.names.maps if type(self.names) is ChainMap else [self.names]
+        s = Scope(ChainMap(dict(extra), *maps), der_of=self.der_of, known=self.known)
         s._parent, s._extra = self, tuple(extra)
         return s
 
@@ -292,6 +294,7 @@ class Scope:
         return extra + pool
 
 
+_MISSING = object()
 _SUGGEST_ALL = 500  # up to this many names, an unknown name is compared with all of them
 _SUGGEST_BUDGET = 200_000  # difflib comparisons per scope in a large model (about 0.3 s), then no "did you mean"
 
@@ -383,8 +386,20 @@ class Evaluator:
         self.scope = scope
         self.nn_inputs = nn_inputs if nn_inputs is not None else {}
 
+    # Structural construction (``fast``): sums over large arrays (Cucker–Smale with N = 100 has 9,900 pair terms)
+    # build each term with ``evaluate=False`` — no canonicalisation, no assumption queries (sympy spends ~5 ms a
+    # term on them) — while arithmetic on numbers (indices, bounds) stays exact. The expressions are equal in
+    # value, only not in sympy's canonical form; models whose sums touch arrays smaller than FAST_ARRAY_SIZE keep
+    # the canonical form (and so their `show` output).
+    fast = False
+    _absent: frozenset = frozenset()  # names known not to be in the scope (a sum's body: looked up once)
+
     def with_names(self, extra: Mapping[str, Value]) -> "Evaluator":
-        return Evaluator(self.scope.child(extra), self.nn_inputs)
+        ev = Evaluator(self.scope.child(extra), self.nn_inputs)
+        ev.fast = self.fast
+        if self._absent:
+            ev._absent = self._absent - extra.keys()
+        return ev
 
     # ------------------------------------------------------------ dispatch
     def eval(self, e: A.Expr) -> Value:
@@ -402,8 +417,11 @@ class Evaluator:
         return number_value(e.text, e.span)
 
     def _Name(self, e: A.Name):
-        if e.id in self.scope.names:
-            return self.scope.names[e.id]
+        if e.id not in self._absent:
+            try:  # one lookup (a ChainMap's `in` and `[]` each walk its maps)
+                return self.scope.names[e.id]
+            except KeyError:
+                pass
         if e.id in CONSTANTS:
             return CONSTANTS[e.id]
         if e.id in self.scope.known:
@@ -436,6 +454,8 @@ class Evaluator:
     # ------------------------------------------------------------ operators
     def _Neg(self, e: A.Neg):
         v = self.number(e.operand)
+        if self.fast and _is_scalar(v) and not isinstance(v, sp.Number):
+            return _mul(sp.S.NegativeOne, v)
         return -v
 
     # ------------------------------------------------------------ conditionals
@@ -492,6 +512,9 @@ class Evaluator:
         operands = [self.number(start)] + [self.number(node.right) for node in steps]
         if steps[0].op in "+-" and all(_is_scalar(v) for v in operands):
             # one Add of n terms: pairwise additions would cost O(n^2) on long sums
+            if self.fast and not all(isinstance(v, sp.Number) for v in operands):
+                return _add(operands[0], *(v if node.op == "+" else _mul(sp.S.NegativeOne, v)
+                                           for node, v in zip(steps, operands[1:])))
             return sp.Add(operands[0], *(v if node.op == "+" else -v for node, v in zip(steps, operands[1:])))
         value = operands[0]
         for node, v in zip(steps, operands[1:]):
@@ -501,6 +524,8 @@ class Evaluator:
     def _apply(self, e: A.BinOp, a, b):
         va, vb = isinstance(a, sp.MatrixBase), isinstance(b, sp.MatrixBase)
         op = e.op
+        if self.fast and not (va or vb) and not (isinstance(a, sp.Number) and isinstance(b, sp.Number)):
+            return self._apply_structural(e, a, b)
         if op in "+-":
             if va != vb or (va and a.shape != b.shape):
                 raise PdslError.at(
@@ -527,6 +552,44 @@ class Evaluator:
                 raise PdslError.at("TypeMismatch", "`^` needs scalars on both sides", e.span)
             return _power(a, b, e.span)
         raise AssertionError(op)
+
+    def _apply_structural(self, e: A.BinOp, a, b):
+        """``a op b`` of scalars, not both numbers, built with ``evaluate=False`` (the checks of :meth:`_apply`)."""
+        op = e.op
+        if op == "+":
+            return _add(a, b)
+        if op == "-":
+            return _add(a, _mul(sp.S.NegativeOne, b))
+        if op == "*":
+            return _mul(a, b)
+        if op == "/":
+            if b == 0:
+                raise PdslError.at("DivisionByZero", "division by zero", e.right.span)
+            return _mul(a, sp.Pow(b, sp.S.NegativeOne, evaluate=False))
+        if op == "^":
+            _power_checks(a, b, e.span)
+            return sp.Pow(a, b, evaluate=False)
+        raise AssertionError(op)
+
+    def _fast_sum(self, e: A.Generator, n_terms: int) -> bool:
+        """Build this sum's terms structurally: it has many terms, or its body indexes an array of
+        FAST_ARRAY_SIZE or more elements (one of the sums of an N-body model)."""
+        if n_terms >= FAST_ARRAY_SIZE:
+            return True
+        stack = [e.body]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, A.Index) and isinstance(node.base, A.Name):
+                v = self.scope.names.get(node.base.id) if node.base.id in self.scope.names else None
+                size = len(v.items) if isinstance(v, ArrayRef) else (v.shape[0] if isinstance(v, sp.MatrixBase) else 0)
+                if size >= FAST_ARRAY_SIZE:
+                    return True
+            for child in _fields(node):
+                if isinstance(child, A.Expr):
+                    stack.append(child)
+                elif isinstance(child, (list, tuple)):
+                    stack.extend(c for c in child if isinstance(c, A.Expr))
+        return False
 
     # ------------------------------------------------------------ postfix
     def _Index(self, e: A.Index):
@@ -594,8 +657,17 @@ class Evaluator:
         name = e.func.id
         if e.kwargs:
             raise PdslError.at("UnknownArgument", f"`{name}` takes no keyword arguments", e.kwargs[0].span)
-        if name in self.scope.names:
+        target = _MISSING
+        if name in self._absent:
+            pass
+        elif name in _SCALAR_FUNCS or name in ("dot", "cross", "norm", "sum", "der"):
+            try:  # a model name shadows a builtin function
+                target = self.scope.names[name]
+            except KeyError:
+                pass
+        elif name in self.scope.names:
             target = self.scope.names[name]
+        if target is not _MISSING:
             if isinstance(target, NeuralRef):
                 return self._call_nn(target, e)
             raise PdslError.at("TypeMismatch", f"`{name}` is not a function", e.func.span)
@@ -608,6 +680,8 @@ class Evaluator:
             if name == "smoothstep" and args[1] == 0:
                 raise PdslError.at("DivisionByZero", "the width of `smoothstep(x, w)` is zero", e.args[1].span,
                                    "use `if x < 0 then 0 else 1` for a sharp step")
+            if self.fast and name != "smoothstep" and not all(isinstance(a, sp.Number) for a in args):
+                return fn(*args, evaluate=False)
             return _real(fn(*args), e.span, f"`{name}(...)` here")
         if name in ("dot", "cross"):
             self._arity(e, name, 2)
@@ -685,11 +759,34 @@ class Evaluator:
         hi = int_value(self.eval(e.hi), e.hi.span, "a loop bound")
         if hi - lo > 100_000:
             raise PdslError.at("BadArrayBounds", f"the range {lo}..{hi} is too long", e.span)
-        terms = [self.with_names({e.var: sp.Integer(i)}).number(e.body) for i in range(lo, hi + 1)]
-        return _add_all(terms, e.span)
+        fast = self.fast or self._fast_sum(e, hi - lo + 1)
+        # the expression around a structural sum goes on structurally: `(sum(...) + sum(...))/N` would otherwise
+        # be canonicalised (sorted, and 1/N distributed over every term) in one costly pass
+        self.fast = fast
+        # the names of the body, looked up once for all terms (a term's scope is then {var: i} over these)
+        snapshot, absent = {}, set()
+        for name in _names_in(e.body):
+            if name != e.var and name not in self._absent:
+                try:
+                    snapshot[name] = self.scope.names[name]
+                except KeyError:
+                    absent.add(name)
+        base = self
+        if type(self) is Evaluator and (snapshot or absent):
+            base = Evaluator(self.scope.child(snapshot), self.nn_inputs)
+            base._absent = self._absent | absent
+        terms = []
+        for i in range(lo, hi + 1):
+            ev = base.with_names({e.var: sp.Integer(i)})
+            ev.fast = fast
+            terms.append(ev.number(e.body))
+        return _add_all(terms, e.span, structural=fast)
 
 
 _RELATIONS: Mapping[str, Callable] = {"<": sp.Lt, "<=": sp.Le, ">": sp.Gt, ">=": sp.Ge, "==": sp.Eq, "!=": sp.Ne}
+
+# Sums whose body indexes an array of this many elements (or with this many terms) are built structurally.
+FAST_ARRAY_SIZE = 32
 
 # Decimal exponents beyond this are outside double precision (and would take sympy forever).
 MAX_EXPONENT = 308
@@ -729,6 +826,11 @@ def number_value(text: str, span: Span) -> sp.Expr:
 
 def _power(a, b, span: Span):
     """``a^b``, refusing numbers that no floating-point format can hold (sympy would try)."""
+    _power_checks(a, b, span)
+    return _real(a**b, span, "this power")
+
+
+def _power_checks(a, b, span: Span) -> None:
     if a == 0 and b.is_number and b.is_negative:
         raise PdslError.at("DivisionByZero", "zero raised to a negative power", span)
     if a.is_number and b.is_number and a != 0:
@@ -742,7 +844,6 @@ def _power(a, b, span: Span):
         raise PdslError.at("BadNumber", f"an exponent of {complex(b.evalf(4)).real:.4g} on an expression: "
                            f"exponents beyond ±{MAX_SYMBOLIC_EXPONENT} are refused", span,
                            "write the physics with moderate powers (x^4, x^-2)")
-    return _real(a**b, span, "this power")
 
 
 def _real(v: sp.Expr, span: Span, what: str) -> sp.Expr:
@@ -762,11 +863,47 @@ def _decimal_exponent(a: sp.Expr, b: sp.Expr) -> float:
     return float(sp.re(b.evalf(15))) * math.log10(magnitude)
 
 
-def _add_all(terms: list, span: Span):
+def _names_in(expr: A.Expr) -> set[str]:
+    """Every name an expression mentions (function names too)."""
+    out, stack = set(), [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, A.Name):
+            out.add(node.id)
+            continue
+        for child in _fields(node):
+            if isinstance(child, A.Expr):
+                stack.append(child)
+            elif isinstance(child, (list, tuple)):
+                stack.extend(c for c in child if hasattr(c, "span"))
+    return out
+
+
+def _add(*args):
+    """``Add(*args, evaluate=False)`` without sympy's argument cache and sympification (the arguments are sympy
+    expressions already): the structural sums of large models build ~10^5 of them."""
+    return sp.Add._from_args(args)
+
+
+def _mul(*args):
+    """``Mul(*args, evaluate=False)``, as :func:`_add`."""
+    return sp.Mul._from_args(args)
+
+
+def _fields(node) -> list:
+    """The field values of an AST node (frozen dataclasses with slots)."""
+    import dataclasses
+
+    return [getattr(node, f.name) for f in dataclasses.fields(node)]
+
+
+def _add_all(terms: list, span: Span, structural: bool = False):
     """The sum of scalars (one sympy Add, not n pairwise ones) or of equal-shaped arrays."""
     if not terms:
         return sp.Integer(0)
     if all(_is_scalar(t) for t in terms):
+        if structural and len(terms) > 1 and not all(isinstance(t, sp.Number) for t in terms):
+            return _add(*terms)
         return sp.Add(*terms)
     first = terms[0]
     if not all(isinstance(t, sp.MatrixBase) and t.shape == first.shape for t in terms):

@@ -85,9 +85,9 @@ class Projector:
         return Projection(x=x, residual_before=before, residual_after=after, iterations=k, changes=changes)
 
     def _tiers(self, keep: set) -> list[list[int] | None]:
-        states = self.num.system.states
-        free = [i for i, s in enumerate(states) if s.start is None and s.name not in keep]
-        declared = [i for i, s in enumerate(states) if s.name not in keep]
+        names, has_start = self.num.x_names, _declared(self.num)
+        free = [i for i, n in enumerate(names) if not has_start[i] and n not in keep]
+        declared = [i for i, n in enumerate(names) if n not in keep]
         tiers = [cols for cols in (free, declared) if cols]
         return [*dict.fromkeys(map(tuple, tiers)), None]  # None: every state
 
@@ -170,7 +170,7 @@ class _ShownSolver:
             return x
         target = np.array([shown[names[i]] for i in rows], dtype=float)
         # unknowns: the states these columns depend on that were neither given nor declared with a start value
-        declared = {s.name for s in self.num.system.states if s.start is not None}
+        declared = {n for n, d in zip(self.num.x_names, _declared(self.num)) if d}
         J = np.asarray(self._f(x)[1])[rows]
         free = [j for j, n in enumerate(states) if np.any(J[:, j] != 0) and n not in shown and n not in declared]
         scale = max(1.0, float(np.max(np.abs(target))))
@@ -235,3 +235,10 @@ def sampled_initial_states(num: NumericSystem, sampler, base: np.ndarray, p: np.
         proj = Projector(num)
         X = np.array([proj.project(x, p, t0).x for x in X])
     return SampledStates(x=X, raw=raw, values=values, max_change=float(np.max(np.abs(X - raw))) if n else 0.0)
+
+
+def _declared(num) -> tuple[bool, ...]:
+    """Per state: declared with a start value (from the NumericSystem: a cached one has no sympy loaded)."""
+    if num.x_declared is not None:
+        return num.x_declared
+    return tuple(s.start is not None for s in num.system.states)

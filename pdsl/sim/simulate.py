@@ -629,9 +629,13 @@ def _eval_inputs(num, inputs, grid, X, p):
     if not num.u_names:
         return np.zeros((len(grid), 0))
     cols = []
+    n = len(grid)
     for name in num.u_names:
         fn = inputs[name].fn
-        cols.append([float(fn(ti, xi, p)) for ti, xi in zip(grid, X)])
+        if isinstance(fn, ca.Function) and fn.n_in() == 3:  # the whole grid in one call, not one per sample
+            cols.append(np.asarray(fn.map(n)(grid[None, :], X.T, np.tile(p[:, None], n)), dtype=float).reshape(n))
+        else:
+            cols.append(np.array([float(fn(ti, xi, p)) for ti, xi in zip(grid, X)], dtype=float))
     return np.array(cols).T
 
 
