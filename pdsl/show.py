@@ -88,7 +88,9 @@ class _Budget:
         if self.left <= 0:
             return fallback()
         can_interrupt = _can_interrupt()
-        if not can_interrupt and any(_slow_kind(e) for e in exprs):
+        if any(_slow_kind(e) for e in exprs):
+            # even with a deadline: sympy's big-integer gcd inside simplify is one C call that a SIGALRM
+            # cannot interrupt (a full-suite run hung > 10 min on the magnet pendulum's dipole forces)
             return fallback()
         start = time.monotonic()
         try:
