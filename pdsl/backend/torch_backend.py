@@ -23,8 +23,8 @@ A(x)·w = b(x), the report columns, the outputs) to torch, batched over a leadin
 Weights use pdsl's flat layout (per layer W column-major, fan_out × fan_in, then b), so a
 parameter vector of the CasADi backend is a parameter vector here, and the two backends agree to
 round-off (``tests/fit/test_torch_backend.py``). Float64 on the CPU by default; ``dtype`` and
-``device`` choose float32 and/or CUDA (the generated C core is CPU/float64 only: elsewhere the
-rhs runs on the torch tape).
+``device`` choose float32 and/or CUDA. The generated C core is CPU code in double: with float32 on
+the CPU the networks run in float32 around it (mixed precision); on a GPU the rhs runs on the tape.
 """
 
 from __future__ import annotations
@@ -91,24 +91,33 @@ def _layers(nn, w: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return out
 
 
-def mlp_torch(nn, layers, X: torch.Tensor, jacobian: bool, rows: list[int] | None = None):
+def mlp_torch(nn, layers, X: torch.Tensor, jacobian: bool, rows: list[int] | None = None, masks=None):
     """``(y, J)`` for a batch X (B, n_in): y (B, n_out) and, if asked, J = dy/dX (B, n_out, n_in) —
-    or only the Jacobian rows of the outputs ``rows`` (B, len(rows), n_in)."""
-    act, dact = _ACT[nn.act], _DACT[nn.act]
+    or only the Jacobian rows of the outputs ``rows`` (B, len(rows), n_in). ``masks``: one (B, width)
+    dropout mask per hidden layer (0 or 1/(1 − rate); training only), applied after its activation."""
+    names = nn.layer_acts()  # one activation per layer, the output layer's last ("identity": linear)
     h, slopes = X, []
-    for Wt, b in layers[:-1]:
+    n_hidden = len(layers) - 1
+    for k, ((Wt, b), name) in enumerate(zip(layers, names)):
         z = torch.addmm(b, h, Wt)
-        h = act(z)
-        slopes.append(None if dact is None or not jacobian else dact(z, h))
-    Wt_out, b_out = layers[-1]
-    y = torch.addmm(b_out, h, Wt_out)
+        h = _ACT[name](z)
+        s = None if _DACT[name] is None or not jacobian else _DACT[name](z, h)
+        if masks is not None and k < n_hidden:
+            h = h * masks[k]
+            if jacobian:
+                s = masks[k] if s is None else s * masks[k]
+        slopes.append(s)
+    y = h
     if not jacobian:
         return y, None
+    Wt_out = layers[-1][0]
     W_rows = Wt_out.t() if rows is None else Wt_out.t()[rows]
     n_out, B = W_rows.shape[0], X.shape[0]
     # G = dy/dh_l, from the output side, as (B·n_out, width) so that every product is one matrix–matrix product
     G = W_rows.unsqueeze(0).expand(B, n_out, Wt_out.shape[0])
-    for (Wt, _), s in zip(reversed(layers[:-1]), reversed(slopes)):
+    if slopes[-1] is not None:  # a non-linear output layer: D_out from the left
+        G = G * (slopes[-1] if rows is None else slopes[-1][:, rows]).unsqueeze(2)
+    for (Wt, _), s in zip(reversed(layers[:-1]), reversed(slopes[:-1])):
         if s is not None:
             G = G * s.unsqueeze(1)
         G = (G.reshape(B * n_out, -1) @ Wt.t()).reshape(B, n_out, -1)
@@ -124,6 +133,7 @@ class Bound:
     p: torch.Tensor
     phys: tuple
     layers: dict
+    masks: dict | None = None  # network name -> dropout masks per hidden layer (training only)
 
 
 # ---------------------------------------------------------------- the tape
@@ -427,7 +437,8 @@ class _Program:
         nn, jac = call.nn, call.jacobian
 
         def run(*ins, _ctx):
-            return mlp_torch(nn, _ctx.layers[nn.name], _stack_columns(ins, _ctx.B, _ctx.like), jac)
+            masks = _ctx.masks.get(nn.name) if _ctx.masks else None
+            return mlp_torch(nn, _ctx.layers[nn.name], _stack_columns(ins, _ctx.B, _ctx.like), jac, masks=masks)
 
         return run
 
@@ -450,6 +461,7 @@ class _Ctx:
     B: int
     layers: dict
     like: torch.Tensor | None = None  # dtype and device of the batch
+    masks: dict | None = None
 
 
 # ---------------------------------------------------------------- the system
@@ -465,8 +477,8 @@ class TorchSystem:
         """``core``: ``auto`` (generated C for the symbolic part of the rhs when a C compiler is
         available, :mod:`pdsl.backend.torch_core`; env ``PDSL_TORCH_CORE=tape`` turns it off),
         ``c`` (required), or ``tape`` (torch operations only). ``dtype``/``device``: of the
-        tensors this system is evaluated on; the C core is CPU/float64, so ``auto`` falls back to the
-        tape for float32 or a GPU."""
+        tensors this system is evaluated on; the C core is CPU code (double): ``auto`` falls back to
+        the tape on a GPU, and in float32 on the CPU the networks run in float32 around it."""
         self.dtype, self.device = dtype, torch.device(device)
         if system.algebraics:
             raise PdslError.at("NotYetSupported", f"{system.name} is a DAE; the torch backend takes ODE models",
@@ -485,11 +497,11 @@ class TorchSystem:
         laws = system.input_laws()
         self._laws = laws
         core = os.environ.get("PDSL_TORCH_CORE", core) if core == "auto" else core
-        if core == "auto" and (dtype != torch.float64 or self.device.type != "cpu"):
+        if core == "auto" and self.device.type != "cpu":
             core = "tape"
-        if core == "c" and (dtype != torch.float64 or self.device.type != "cpu"):
-            raise PdslError.at("NotYetSupported", f"{system.name}: the compiled core runs in float64 on the CPU",
-                               system.span, "use core 'auto' or 'tape' for float32 or a GPU")
+        if core == "c" and self.device.type != "cpu":
+            raise PdslError.at("NotYetSupported", f"{system.name}: the compiled core runs on the CPU",
+                               system.span, "use core 'auto' or 'tape' on a GPU")
         self._core = None
         if core in ("auto", "c"):
             from .torch_core import build_core
@@ -554,7 +566,9 @@ class TorchSystem:
         return self._program(list(J) + list(y0))
 
     # ---- evaluation
-    def bind(self, p: torch.Tensor) -> Bound:
+    def bind(self, p: torch.Tensor, masks: dict | None = None) -> Bound:
+        """p prepared for evaluation; ``masks`` (network name -> per-hidden-layer (B, width) tensors)
+        applies dropout in every network call (:meth:`dropout_masks`)."""
         p = p.reshape(-1)
         if p.shape[0] != self.n_p:
             raise ValueError(f"{self.system.name}: parameter vector of length {p.shape[0]}, expected {self.n_p}")
@@ -564,7 +578,16 @@ class TorchSystem:
             size = n_weights(nn)
             layers[nn.name] = _layers(nn, p[off : off + size])
             off += size
-        return Bound(p, phys, layers)
+        return Bound(p, phys, layers, masks)
+
+    def dropout_masks(self, rate: float, B: int, generator: torch.Generator) -> dict:
+        """Inverted-dropout masks for a batch of B: per network, per hidden layer, entries 0 with
+        probability ``rate`` and 1/(1 − rate) otherwise (drawn on the CPU from ``generator``)."""
+        out = {}
+        for nn in self.nets:
+            out[nn.name] = [(torch.bernoulli(torch.full((B, w), 1.0 - rate, dtype=torch.float64), generator=generator)
+                             / (1.0 - rate)).to(dtype=self.dtype, device=self.device) for w in nn.hidden]
+        return out
 
     def _leaves(self, t, x, bound: Bound, u):
         B = x.shape[0]
@@ -572,7 +595,7 @@ class TorchSystem:
         leaves = {"t": [t], "x": x.unbind(1), "p": bound.phys}
         if u is not None and u.shape[1]:
             leaves["u"] = u.unbind(1)
-        return _Ctx(B, bound.layers, x), leaves
+        return _Ctx(B, bound.layers, x, bound.masks), leaves
 
     @property
     def core(self) -> str:
@@ -587,7 +610,22 @@ class TorchSystem:
 
     def rhs(self, t, x: torch.Tensor, bound: Bound, u: torch.Tensor | None = None) -> torch.Tensor:
         if self._core is not None:
-            return self._core.rhs(_column(t, x.shape[0]), x, bound, u, mlp_torch)
+            dt = x.dtype
+            if dt == torch.float64:
+                mlp = mlp_torch
+                if bound.masks:
+                    def mlp(nn, layers, X, jac, rows=None):
+                        return mlp_torch(nn, layers, X, jac, rows, masks=bound.masks.get(nn.name))
+                return self._core.rhs(_column(t, x.shape[0]), x, bound, u, mlp)
+            # mixed precision: the networks (the matrix products) in the batch's dtype, the compiled scalar
+            # glue around them in float64 (its C code is double); casts are differentiable
+            def mlp(nn, layers, X, jac, rows=None):
+                y, J = mlp_torch(nn, layers, X.to(dt), jac, rows, masks=bound.masks.get(nn.name) if bound.masks else None)
+                return y.double(), None if J is None else J.double()
+
+            b64 = Bound(bound.p.double(), (), bound.layers, bound.masks)
+            t64 = _column(t, x.shape[0], x).double()
+            return self._core.rhs(t64, x.double(), b64, None if u is None else u.double(), mlp).to(dt)
         ctx, leaves = self._leaves(t, x, bound, u)
         return _stack_columns(self._rhs.run(ctx, leaves), x.shape[0], x)
 

@@ -17,7 +17,7 @@ _OVERRIDES = {
     "backend": "backend", "init": "init", "shooting": "shooting", "hessian": "hessian", "start": "start",
     "implicit_solver": "implicit_solver", "fpi_iters": "fpi_iters", "fpi_tol": "fpi_tol", "gradient": "gradient",
     "dtype": "dtype", "device": "device", "window": "window", "schedule": "schedule", "patience": "patience",
-    "factor": "factor", "early_stop": "early_stop",
+    "factor": "factor", "early_stop": "early_stop", "dropout": "dropout",
 }
 
 
@@ -80,6 +80,8 @@ def add_parsers(sub, common) -> None:
     g.add_argument("--schedule", choices=("cosine", "plateau"), help="adamw learning rate: cosine (default) | plateau (ReduceLROnPlateau)")
     g.add_argument("--patience", type=integer, help="plateau: epochs without improvement before the lr is reduced (default 10)")
     g.add_argument("--factor", type=finite_float, help="plateau: lr reduction factor (default 0.5)")
+    g.add_argument("--dropout", type=finite_float, metavar="RATE",
+                   help="training only (torch backend): dropout after every hidden layer of every network (default 0)")
     g.add_argument("--early-stop", type=integer, metavar="EPOCHS",
                    help="stop when the validation loss has not improved for EPOCHS epochs (best parameters kept)")
     p.add_argument("--formulation", choices=("hamiltonian", "lagrangian"), help="Cartesian mechanics: Eq. 6 or Eq. 7")
@@ -97,6 +99,12 @@ def add_parsers(sub, common) -> None:
                    help="primal-dual mode: minimise R subject to J ≤ EPS (C4 Eqs. 12–20)")
     g.add_argument("--dual-step", type=finite_float, metavar="ALPHA", help="primal-dual: λ ← max(0, λ + ALPHA (J − EPS)) per epoch (default 1/EPS)")
     g.add_argument("--dual-start", type=finite_float, metavar="LAMBDA0", help="primal-dual: starting multiplier (default 1)")
+    g.add_argument("--constraint-weight", type=finite_float, metavar="W",
+                   help="penalty W·mean‖r‖² of the model's constraints at the measured states (learned velocity constraints, "
+                        "`constraint learn` / `distribution learn`)")
+    g.add_argument("--momentum-weight", type=finite_float, metavar="W",
+                   help="add W·(the teacher-forced one-step momentum loss of the rolling-disk paper, Eq. 18) for a model "
+                        "with a group and a learned connection")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--track", metavar="TRACKER", help="also log the per-epoch history: tensorboard:DIR, mlflow, or "
                                                      "mlflow:TRACKING_URI (pdsl/fit/tracking.py; docs/interop.md)")
@@ -107,7 +115,8 @@ def add_parsers(sub, common) -> None:
     p.add_argument("--energy-grid", metavar="NAME=LO:HI:N,...",
                    help="Table 1's metric (BENCHMARKS B6): MAE of the model's H against --reference on an evenly spaced "
                         "grid, raw and offset-corrected, e.g. q=-2:2:101,p=-2:2:101")
-    p.add_argument("--reference", metavar="MODEL.phm", help="the reference (true) model of --energy-grid")
+    p.add_argument("--reference", metavar="MODEL.phm", help="the reference (true) model: of --energy-grid, or, with --data, "
+                   "whose outputs of the same names (learned constraint entries a[1], ...) are compared along the data")
     p.add_argument("--params", help="fitted parameters (JSON written by `pdsl fit`)")
     _data_flags(p)
     p.add_argument("--integrator", default=None, help="cvodes (default), cvodes-bdf, rk4, midpoint, gauss2, euler")
@@ -184,6 +193,10 @@ def _regularizer_flags(args, cfg, parse_assignment, parse_float) -> None:
     if sp and not sp.get("flows"):
         raise PdslError.at("BadOption", "sparsity settings without flows", hint="name the flows: --sparsity damper2,link.f")
     cfg.sparsity = sp or None
+    if getattr(args, "constraint_weight", None) is not None:
+        cfg.constraints = {**(cfg.constraints or {}), "weight": args.constraint_weight}
+    if getattr(args, "momentum_weight", None) is not None:
+        cfg.momentum = {**(cfg.momentum or {}), "weight": args.momentum_weight}
 
 
 def cmd_fit(args) -> int:
@@ -246,9 +259,12 @@ def cmd_evaluate(args) -> int:
 
     if not 0 < args.rtol < 1:
         raise PdslError.at("BadOption", f"--rtol must be between 0 and 1, got {args.rtol}")
-    if (args.energy_grid is None) != (args.reference is None):
-        raise PdslError.at("BadOption", "--energy-grid and --reference go together",
+    if args.energy_grid is not None and args.reference is None:
+        raise PdslError.at("BadOption", "--energy-grid needs --reference (the true model)",
                            hint="e.g. --energy-grid q=-2:2:101,p=-2:2:101 --reference models/double_well.phm")
+    if args.reference is not None and args.energy_grid is None and args.data is None:
+        raise PdslError.at("BadOption", "--reference compares the model with a reference: on --energy-grid (H) or along "
+                           "--data (the outputs both models have)", hint="add --data CSV or --energy-grid ...")
     if args.data is None and args.energy_grid is None:
         raise PdslError.at("BadOption", "evaluate needs --data CSV (rollout metrics) or --energy-grid with --reference")
     compiled = compile_model(args.file, compile_options(args))
@@ -278,12 +294,34 @@ def cmd_evaluate(args) -> int:
     print(f"{m.name}: {len(scores)} trajectories of {args.data}, rollouts from each first sample")
     print(format_table(rollout))
     summary = {**rollout, **summary}
+    if args.reference is not None and args.energy_grid is None:
+        summary["reference"] = _reference_outputs(args, num, exprs)
     if args.json:
         _dump_json(args.json, summary)
     if args.plot:
         _write(lambda: plot_scores(args.plot, scores, f"{m.name}: bounded relative error"), args.plot)
         print(f"  plot -> {args.plot}")
     return EXIT_OK
+
+
+def _reference_outputs(args, num, exprs) -> dict:
+    """--data with --reference: the outputs both models have, compared along the data (no rollout)."""
+    from ..fit.data import load_dataset
+    from ..fit.reference import compare_outputs
+    from ..fit.run import fit_inputs
+    from ..pipeline import CompileOptions, compile_model
+
+    ref = compile_model(args.reference, CompileOptions(formulation=getattr(args, "formulation", "hamiltonian"))).numeric
+    cols = _column_map(args.map) or None
+    data = load_dataset(args.data, num, columns=cols, inputs=fit_inputs(num, exprs), latent=True)
+    ref_data = load_dataset(args.data, ref, columns=cols, inputs=fit_inputs(ref, exprs), latent=True)
+    found = compare_outputs(num, ref, data, ref_data)
+    print(f"outputs along the data against {ref.system.name} ({args.reference}):")
+    print("| output | RMSE | max error | reference range |")
+    print("|---|---|---|---|")
+    for c in found:
+        print(f"| `{c.name}` | {c.rmse:.4e} | {c.max_abs:.4e} | {c.ref_range:.4g} |")
+    return {c.name: c.to_dict() for c in found}
 
 
 def _dump_json(path, summary: dict) -> None:

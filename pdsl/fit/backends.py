@@ -40,13 +40,14 @@ def choose_backend(cfg, num: NumericSystem, layout: ParamLayout, spec: LossSpec)
     if want not in BACKENDS:
         raise PdslError.at("BadOption", f"--backend {want}: unknown", hint="one of: " + ", ".join(BACKENDS))
     why = torch_unsupported(num, spec)
-    if spec.dtype != "float64" or spec.device != "cpu":
+    if spec.dtype != "float64" or spec.device != "cpu" or spec.dropout:
         if want == "casadi":
-            raise PdslError.at("BadOption", f"--dtype {spec.dtype} --device {spec.device}: the CasADi backend runs "
-                               "in float64 on the CPU", hint="use --backend torch (or auto)")
+            what = f"--dropout {spec.dropout:g}" if spec.dropout else f"--dtype {spec.dtype} --device {spec.device}"
+            raise PdslError.at("BadOption", f"{what}: the CasADi backend runs in float64 on the CPU, without dropout",
+                               hint="use --backend torch (or auto)")
         want = "torch"
-    if getattr(cfg, "equilibrium", None) or getattr(cfg, "sparsity", None):
-        why = why or "regularisers (equilibrium, sparsity) are evaluated by the CasADi backend"
+    if any(getattr(cfg, k, None) for k in ("equilibrium", "sparsity", "constraints", "momentum")):
+        why = why or "regularisers (equilibrium, sparsity, constraints, momentum) are evaluated by the CasADi backend"
     if cfg.method != "adamw":
         why = why or f"{cfg.method} uses CasADi Jacobians"
     if want == "torch":

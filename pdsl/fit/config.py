@@ -51,6 +51,8 @@ class FitConfig:
     backend: str = "auto"  # auto | casadi | torch: how chunk losses are evaluated (pdsl.fit.torch_loss)
     equilibrium: dict | None = None  # [equilibrium] weight, at (pdsl.fit.regularize)
     sparsity: dict | None = None  # [sparsity] flows, weight, mode, epsilon, alpha, lambda0
+    constraints: dict | None = None  # [constraints] weight: the constraint-residual penalty (pdsl.fit.regularize)
+    momentum: dict | None = None  # [momentum] weight: the teacher-forced momentum loss, Eq. 18 (pdsl.fit.regularize)
     init: str | None = None  # params.json of a previous fit: start values of parameters and networks
     start: str = "auto"  # chunk starts: data (first samples) | estimate (latent, pdsl.fit.latent) | auto
     map: dict | None = None  # [map] file column -> model name (time = "t", run = "traj", ...)
@@ -67,6 +69,7 @@ class FitConfig:
     patience: int = 10  # plateau: epochs without improvement before the lr is reduced (x factor)
     factor: float = 0.5  # plateau: lr reduction factor
     early_stop: int | None = None  # stop when the validation loss has not improved for this many epochs
+    dropout: float = 0.0  # training only (torch backend): dropout rate after every hidden layer of the networks
 
 
 _TYPES = {f.name: f.type for f in fields(FitConfig)}
@@ -119,7 +122,7 @@ def _check_type(path: str, text: str, key: str, value):
         if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             raise bad("a list of names")
         return value
-    if key in ("equilibrium", "sparsity"):
+    if key in ("equilibrium", "sparsity", "constraints", "momentum"):
         from .regularize import check_table
 
         try:
@@ -200,6 +203,8 @@ def check_training_options(cfg: FitConfig) -> None:
         raise PdslError.at("BadOption", f"--fpi-tol must be a positive number, got {cfg.fpi_tol}")
     if cfg.patience < 1 or cfg.early_stop is not None and cfg.early_stop < 1:
         raise PdslError.at("BadOption", "--patience and --early-stop must be positive integers")
+    if not (math.isfinite(cfg.dropout) and 0 <= cfg.dropout < 1):
+        raise PdslError.at("BadOption", f"--dropout must be in [0, 1), got {cfg.dropout}")
     if not (math.isfinite(cfg.factor) and 0 < cfg.factor < 1):
         raise PdslError.at("BadOption", f"--factor must be in (0, 1), got {cfg.factor}")
     if cfg.gradient == "unrolled" and cfg.implicit_solver == "newton":
@@ -232,7 +237,7 @@ def resolve_defaults(cfg: FitConfig, has_networks: bool) -> FitConfig:
         raise PdslError.at("BadOption", f"--shooting {cfg.shooting}: unknown", hint="single or multiple")
     if cfg.hessian not in ("gauss-newton", "exact", "limited-memory"):
         raise PdslError.at("BadOption", f"--hessian {cfg.hessian}: unknown", hint="gauss-newton, exact or limited-memory")
-    regularized = bool(cfg.equilibrium or cfg.sparsity)
+    regularized = bool(cfg.equilibrium or cfg.sparsity or cfg.constraints or cfg.momentum)
     if cfg.method == "auto":
         if cfg.shooting == "multiple":
             cfg.method = "ipopt"
@@ -242,7 +247,7 @@ def resolve_defaults(cfg: FitConfig, has_networks: bool) -> FitConfig:
         raise PdslError.at("BadOption", f"multiple shooting is solved by ipopt, not {cfg.method}",
                            hint="use --method ipopt (continuity between segments is a constraint IPOPT enforces)")
     if regularized and cfg.method != "adamw":
-        raise PdslError.at("BadOption", "the equilibrium and sparsity regularisers are trained with adamw",
+        raise PdslError.at("BadOption", "the equilibrium, sparsity and constraint regularisers are trained with adamw",
                            hint="use --method adamw (Gauss–Newton minimises a sum of squared residuals only)")
     if cfg.loss == "auto":
         cfg.loss = "mse" if cfg.method in ("gauss-newton", "ipopt") else "l1"

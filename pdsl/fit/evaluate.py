@@ -48,13 +48,32 @@ def _inputs(num: NumericSystem, traj: Trajectory) -> dict:
     return {name: InputSignal(name, _Interp(traj.t, traj.U[:, k]), f"column `{name}`") for k, name in enumerate(num.u_names)}
 
 
+_MAPS: dict = {}
+
+
+def _mapped(fn, n: int):
+    """``fn(t, x, p, ...)`` over n columns with p passed ONCE (``reduce_in``): a plain ``map(n)`` would
+    repmat p to n columns — n copies of every network weight (minutes for a 3 × 256 network)."""
+    key = (id(fn), n)
+    if key not in _MAPS:
+        _MAPS[key] = (fn, fn.map(f"{fn.name()}_shared_p_{n}", "serial", n, [2], []))
+    return _MAPS[key][1]
+
+
 def _data_energy(num: NumericSystem, traj: Trajectory) -> np.ndarray | None:
     if num.energy is None:
         return None
     n = len(traj)
     p = num.p_default
-    X = state_from_shown(num).map(n)(traj.t[None, :], traj.S.T, p)
-    return np.asarray(num.energy.map(n)(traj.t[None, :], X, p, traj.U.T)).ravel()
+    X = _mapped(_shown_map(num), n)(traj.t[None, :], traj.S.T, p)
+    return np.asarray(_mapped(num.energy, n)(traj.t[None, :], X, p, traj.U.T)).ravel()
+
+
+def _shown_map(num: NumericSystem):
+    key = ("shown", id(num))
+    if key not in _MAPS:
+        _MAPS[key] = (num, state_from_shown(num))
+    return _MAPS[key][1]
 
 
 def score_trajectory(num: NumericSystem, traj: Trajectory, *, integrator: str | None, rtol: float,
@@ -131,12 +150,12 @@ def _torch_scores(num: NumericSystem, data: Dataset, integrator: str, substeps: 
             err, geo = M.trajectory_error(shown[b], tr.S, tr.t)
             energy = None
             if num.energy is not None:
-                E_hat = np.asarray(num.energy.map(n)(tr.t[None, :], X[b].T, p, tr.U.T)).ravel()
+                E_hat = np.asarray(_mapped(num.energy, n)(tr.t[None, :], X[b].T, p, tr.U.T)).ravel()
                 E_data = _data_energy(num, tr)
                 energy = M.energy_error(E_data, E_hat) if E_data is not None else None
             rms = None
             if num.constraints.size1_out(0):
-                phi = np.asarray(num.constraints.map(n)(tr.t[None, :], X[b].T, p)).T
+                phi = np.asarray(_mapped(num.constraints, n)(tr.t[None, :], X[b].T, p)).T
                 rms = M.constraint_rms(phi)
             scores[k] = TrajectoryScore(tr.label, tr.t, shown[b], tr.S, err, geo, energy, rms)
     return [scores[k] for k in range(len(data.trajectories))]

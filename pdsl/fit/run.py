@@ -109,7 +109,7 @@ def prepare(model_path: str, model_name: str | None, cfg: FitConfig, consts: Map
     spec = LossSpec(steps=cfg.chunk, dt=data.dt, method=cfg.integrator, substeps=cfg.substeps, loss=cfg.loss,
                     threads=cfg.threads, project=cfg.project, variable_step=not data.uniform,
                     weights=noise_weights(cfg.noise, data.observed), step_options=step_options(cfg),
-                    dtype=cfg.dtype, device=cfg.device)
+                    dtype=cfg.dtype, device=cfg.device, dropout=cfg.dropout)
     loss = make_loss(num, layout, spec, data.observed, cfg)  # CasADi or torch backend (cfg.backend)
     loss = regularize.wrap_loss(loss, cfg, m, num, layout, train)  # equilibrium / sparsity terms, when set
     return FitRun(model_path, m, num, layout, cfg, data, train, val, loss, p_start)
@@ -182,8 +182,9 @@ def _initial_state(run: FitRun, out_dir: Path, resume: bool) -> ck.State:
     if not resume:
         return ck.State(theta=run.layout.theta_from_p(run.p_start))
     state, saved = ck.load_checkpoint(out_dir / ck.NAME)
-    if saved != fp:
-        changed = sorted(k for k in set(saved) | set(fp) if saved.get(k) != fp.get(k))
+    # key by key: a setting that one side lacks counts as None (a field added or removed since, at its default)
+    changed = sorted(k for k in set(saved) | set(fp) if saved.get(k) != fp.get(k))
+    if changed:
         raise PdslError.at("BadResume", f"the checkpoint in {out_dir} was made with different settings ({', '.join(changed)})",
                            hint="resume with the same model, data and settings (only --epochs may change), or start afresh")
     return state
@@ -332,8 +333,12 @@ def run_fit(model_path: str, model_name: str | None, cfg: FitConfig, out_dir: st
         for stale in out_dir.glob(_STAGE + "*"):  # a staging directory a killed run left behind
             shutil.rmtree(stale, ignore_errors=True)
     fp = fingerprint(run.cfg, run.model_path, run.model.name)
-    train_chunks = make_chunks(run.train, run.cfg.chunk, run.cfg.stride)
-    val_chunks = make_chunks(run.val, run.cfg.chunk, run.cfg.chunk)
+    if run.cfg.window == "random":  # one window per trajectory: epoch 0's for the checks, a fixed draw for validation
+        train_chunks = _random_windows(run)(0)
+        val_chunks = random_windows(run.val, run.cfg.chunk, np.random.default_rng([run.cfg.seed, 15]))
+    else:
+        train_chunks = make_chunks(run.train, run.cfg.chunk, run.cfg.stride)
+        val_chunks = make_chunks(run.val, run.cfg.chunk, run.cfg.chunk)
     if len(train_chunks) == 0:
         raise PdslError.at("BadTrajectoryData", f"{run.data.path}: no training chunks", hint="give more or longer trajectories")
     _check_magnitudes(run.data)
@@ -343,8 +348,8 @@ def run_fit(model_path: str, model_name: str | None, cfg: FitConfig, out_dir: st
                         seed=c.seed, tol=c.tol, stop_after=stop_after, progress=progress, schedule=c.schedule,
                         patience=c.patience, factor=c.factor, early_stop=c.early_stop,
                         windows=_random_windows(run) if c.window == "random" else None)
-    if (c.window != "chunks" or c.schedule != "cosine" or c.early_stop) and c.method != "adamw":
-        raise PdslError.at("BadOption", "--window random, --schedule plateau and --early-stop are adamw settings",
+    if (c.window != "chunks" or c.schedule != "cosine" or c.early_stop or c.dropout) and c.method != "adamw":
+        raise PdslError.at("BadOption", "--window random, --schedule plateau, --early-stop and --dropout are adamw settings",
                            hint="use --method adamw")
     segments = make_segments(run.train, c.chunk) if c.shooting == "multiple" else None
     log(_banner(run, len(train_chunks), len(val_chunks), state.epoch, segments))
@@ -426,7 +431,8 @@ def _banner(run: FitRun, n_train: int, n_val: int, epoch: int, segments=None) ->
         pieces = (f"{len(segments)} shooting segments of {c.chunk} steps linked by continuity constraints{dropped}; "
                   f"{n_val} validation chunks")
     else:
-        pieces = f"{n_train} / {n_val} chunks of {c.chunk} steps"
+        pieces = f"{n_train} / {n_val} chunks of {c.chunk} steps" + (
+            " (one random window per trajectory, redrawn every epoch)" if c.window == "random" else "")
     what = ", ".join(run.layout.free_names) or "-"
     nets = ", ".join(f"{n.name} ({n.size} weights)" for n in run.layout.networks)
     resumed = f", resuming after epoch {epoch}" if epoch else ""

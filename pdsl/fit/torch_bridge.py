@@ -132,6 +132,7 @@ def to_sequential(nn, weights: np.ndarray) -> torch.nn.Sequential:
             lin.weight.copy_(torch.from_numpy(np.ascontiguousarray(W)))
             lin.bias.copy_(torch.from_numpy(np.ascontiguousarray(b)))
         layers.append(lin)
-        if li < len(state) - 1:
-            layers.append(_ACT[nn.act]())
+        act = nn.layer_acts()[li]
+        if act != "identity":  # hidden layers, and a non-linear output layer
+            layers.append(_ACT[act]())
     return torch.nn.Sequential(*layers)

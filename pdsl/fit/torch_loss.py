@@ -62,7 +62,13 @@ class TorchChunkLoss:
         self.num, self.layout, self.spec, self.observed = num, layout, spec, observed
         self.dtype = DTYPES[getattr(spec, "dtype", "float64")]
         self.device = torch.device(getattr(spec, "device", "cpu"))
+        if self.device.type == "cuda" and (not torch.cuda.is_available()
+                                           or (self.device.index or 0) >= torch.cuda.device_count()):
+            raise PdslError.at("BadOption", f"--device {spec.device}: no such CUDA device here "
+                               f"({torch.cuda.device_count()} visible to torch {torch.__version__})",
+                               hint="use --device cpu (the default)")
         self.step_opts = step_options(spec)
+        self._masks = None  # dropout masks of the rollout being evaluated (training)
         self.system = TorchSystem(num.system, dtype=self.dtype, device=self.device)
         if self.system.report_names != num.report_names or self.system.n_p != len(num.p_names):
             raise InternalError("the torch and CasADi backends disagree on the model's columns")
@@ -122,7 +128,7 @@ class TorchChunkLoss:
             return f(tk + tau, x, bnd, u)
 
         for j in range(spec.substeps):
-            x = rk_step(rhs, spec.method, h, j * h, x, p=p, bind=self.system.bind, bound=bound, opts=self.step_opts)
+            x = rk_step(rhs, spec.method, h, j * h, x, p=p, bind=self._bind, bound=bound, opts=self.step_opts)
         return x
 
     def _observe(self, t, x, bound: Bound, u):
@@ -134,10 +140,11 @@ class TorchChunkLoss:
             parts.append(self.system.outputs(t, x, bound, u if u.shape[1] else None)[:, self._out_idx])
         return torch.cat(parts, 1)[:, self._unpermute]
 
-    def rollout(self, p: torch.Tensor, S0, U, T) -> torch.Tensor:
+    def rollout(self, p: torch.Tensor, S0, U, T, masks: dict | None = None) -> torch.Tensor:
         """Observed columns at t_1..t_n of the rollouts from S0: (B, n_obs, n).
-        S0 (B, n_shown), U (B, n_u, n + 1), T (B, n + 1)."""
-        bound = self.system.bind(p)
+        S0 (B, n_shown), U (B, n_u, n + 1), T (B, n + 1); ``masks``: dropout (training)."""
+        bound = self.system.bind(p, masks)
+        self._masks = masks
         x = self.system.state_from_shown(T[:, 0], S0, bound)
         out = []
         for k in range(T.shape[1] - 1):
@@ -149,10 +156,19 @@ class TorchChunkLoss:
     def entry_scale(self, B: int) -> float:
         return 1.0 / (B * self.spec.steps * max(len(self.observed), 1))
 
-    def objective(self, theta: torch.Tensor, chunks: Chunks) -> torch.Tensor:
-        """The batch mean loss as a differentiable torch scalar of θ."""
+    def _bind(self, p):  # for the implicit steps' adjoint: the same dropout masks as the forward pass
+        return self.system.bind(p, self._masks)
+
+    def objective(self, theta: torch.Tensor, chunks: Chunks, dropout_key=None) -> torch.Tensor:
+        """The batch mean loss as a differentiable torch scalar of θ. With ``spec.dropout`` and a
+        ``dropout_key`` (training: seed, epoch, batch) the networks drop units, one mask per sample and
+        layer for the whole rollout (so that implicit steps solve one equation)."""
         p = self.p_of_theta(theta)
-        Yhat = self.rollout(p, self.tensor(chunks.S0), self.tensor(chunks.U), self.tensor(chunks.T))
+        masks = None
+        if self.spec.dropout and dropout_key is not None:
+            g = torch.Generator().manual_seed(int(np.random.default_rng(list(dropout_key)).integers(2**62)))
+            masks = self.system.dropout_masks(self.spec.dropout, len(chunks), g)
+        Yhat = self.rollout(p, self.tensor(chunks.S0), self.tensor(chunks.U), self.tensor(chunks.T), masks)
         R = (Yhat - self.tensor(chunks.Y)) * self.weights[None, :, None]
         total = R.abs().sum() if self.spec.loss == "l1" else (R * R).sum()
         return total * self.entry_scale(len(chunks))

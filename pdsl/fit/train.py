@@ -272,7 +272,10 @@ def adamw(loss: ChunkLoss, train: Chunks, val: Chunks, state: State, opts: Train
             for start in range(0, len(order), opts.batch):
                 part = train.take(order[start : start + opts.batch])
                 if on_torch:  # torch backend: autograd through the batched rollout
-                    value = loss.objective(torch.cat(tensors), part)
+                    if getattr(loss.spec, "dropout", 0.0):
+                        value = loss.objective(torch.cat(tensors), part, dropout_key=(opts.seed, state.epoch, start))
+                    else:
+                        value = loss.objective(torch.cat(tensors), part)
                 else:  # CasADi backend: loss and reverse-mode gradient in one call, through the bridge
                     fn = loss.value_grad_function(len(part))
                     value = casadi_loss(fn, torch.cat(tensors), *loss.batch_args(part))

@@ -179,13 +179,13 @@ def test_backend_choice():
     adamw = FitConfig(data="x.csv", method="adamw")
     assert choose_backend(adamw, num, lay, rk4) == "torch"
     assert isinstance(make_loss(num, lay, rk4, num.report_names, adamw), TorchChunkLoss)
-    assert choose_backend(adamw, num, lay, mid) == "casadi"  # implicit integrators stay on CasADi
+    assert choose_backend(adamw, num, lay, mid) == "torch"  # implicit integrators run on torch too (issue 15)
     assert choose_backend(FitConfig(data="x.csv", method="gauss-newton"), num, lay, rk4) == "casadi"
     assert choose_backend(FitConfig(data="x.csv", method="adamw", backend="casadi"), num, lay, rk4) == "casadi"
     from pdsl.diagnostics import PdslError
 
-    with pytest.raises(PdslError, match="midpoint"):
-        choose_backend(FitConfig(data="x.csv", method="adamw", backend="torch"), num, lay, mid)
+    with pytest.raises(PdslError, match="project"):
+        choose_backend(FitConfig(data="x.csv", method="adamw", backend="torch"), num, lay, LossSpec(steps=4, dt=0.03, project=1))
     with pytest.raises(PdslError, match="unknown"):
         choose_backend(FitConfig(data="x.csv", method="adamw", backend="jax"), num, lay, rk4)
 
