@@ -5,7 +5,8 @@ only when given one) before it parses. An entry is keyed by
 
 * the model file's path and text, and the working directory when the path is relative (spans name the file);
 * the frozen :class:`~pdsl.pipeline.CompileOptions` (model, consts, formulation, stabilisation, seed);
-* the pdsl, CasADi and Python versions and :data:`FORMAT`;
+* the pdsl, CasADi and Python versions, :data:`FORMAT` and a stamp of pdsl's own source files (an editable
+  install whose code changed does not read entries its old code wrote);
 
 and holds the texts' hashes of every file the compilation read (imports, the ``std:`` library): an entry
 whose imports changed is a miss (a manifest, as ``ccache`` keeps one). The entry is one pickle:
@@ -149,7 +150,30 @@ def _versions() -> str:
         import casadi as ca
 
         casadi = ca.__version__
-    return f"pdsl {__version__}; casadi {casadi}; python {sys.version_info[:3]}; format {FORMAT}"
+    return f"pdsl {__version__}; casadi {casadi}; python {sys.version_info[:3]}; format {FORMAT}; code {_code_stamp()}"
+
+
+_STAMP: str | None = None
+
+
+def _code_stamp() -> str:
+    """The size and modification time of every source file of the installed pdsl and its grammar: an editable
+    install whose code changed (same version) must not read entries its old code wrote. ~1 ms (stat only)."""
+    global _STAMP
+    if _STAMP is None:
+        here = Path(__file__).resolve().parent
+        entries = []
+        for root in (here, here.parent / "grammars", here / "grammars"):
+            if not root.is_dir():
+                continue
+            for dirpath, dirnames, filenames in os.walk(root):
+                dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+                for name in sorted(filenames):
+                    if name.endswith((".py", ".lark")):
+                        st = os.stat(os.path.join(dirpath, name))
+                        entries.append(f"{os.path.relpath(os.path.join(dirpath, name), here)}:{st.st_size}:{st.st_mtime_ns}")
+        _STAMP = hashlib.sha256("\n".join(entries).encode()).hexdigest()[:16]
+    return _STAMP
 
 
 class ModelCache:
