@@ -106,6 +106,8 @@ def add_parsers(sub, common) -> None:
                    help="add W·(the teacher-forced one-step momentum loss of the rolling-disk paper, Eq. 18) for a model "
                         "with a group and a learned connection")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--no-plots", action="store_true", help="do not draw loss.png and validation.png (matplotlib is then "
+                   "not imported; the report, history and parameters are written as always)")
     p.add_argument("--track", metavar="TRACKER", help="also log the per-epoch history: tensorboard:DIR, mlflow, or "
                                                      "mlflow:TRACKING_URI (pdsl/fit/tracking.py; docs/interop.md)")
 
@@ -155,6 +157,8 @@ def _config(args):
         name, value = parse_assignment(item, "--noise")
         cfg.noise = {**(cfg.noise or {}), name: parse_float(value, f"--noise {name}")}
     _regularizer_flags(args, cfg, parse_assignment, parse_float)
+    if getattr(args, "no_plots", False):
+        cfg.plots = False
     return cfg
 
 

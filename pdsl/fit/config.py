@@ -53,6 +53,7 @@ class FitConfig:
     sparsity: dict | None = None  # [sparsity] flows, weight, mode, epsilon, alpha, lambda0
     constraints: dict | None = None  # [constraints] weight: the constraint-residual penalty (pdsl.fit.regularize)
     momentum: dict | None = None  # [momentum] weight: the teacher-forced momentum loss, Eq. 18 (pdsl.fit.regularize)
+    plots: bool = True  # loss.png and validation.png in the output directory (--no-plots: not drawn)
     init: str | None = None  # params.json of a previous fit: start values of parameters and networks
     start: str = "auto"  # chunk starts: data (first samples) | estimate (latent, pdsl.fit.latent) | auto
     map: dict | None = None  # [map] file column -> model name (time = "t", run = "traj", ...)
@@ -142,6 +143,10 @@ def _check_type(path: str, text: str, key: str, value):
         if not (isinstance(value, dict) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value.values())):
             raise bad("a table of numbers, e.g. [param] m1 = 1.0")
         return {k: float(v) for k, v in value.items()}
+    if typ.startswith("bool"):
+        if not isinstance(value, bool):
+            raise bad("true or false")
+        return value
     if typ.startswith("int"):
         if not isinstance(value, int) or isinstance(value, bool):
             raise bad("an integer")

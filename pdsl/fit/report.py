@@ -90,9 +90,12 @@ def write_report(run, result, summary, out_dir: Path, final_dir: Path | None = N
     h = summary["history"]
     with writing(final_dir / "history.csv"):
         out.write_history(out_dir / "history.csv", h)
-    with writing(final_dir / "loss.png"):
-        out.plot_losses(out_dir / "loss.png", h, run.cfg.loss)
-    shown = _validation_plot(run, result.state.theta, out_dir, final_dir)
+    if getattr(run.cfg, "plots", True):
+        with writing(final_dir / "loss.png"):
+            out.plot_losses(out_dir / "loss.png", h, run.cfg.loss)
+        shown = _validation_plot(run, result.state.theta, out_dir, final_dir)
+    else:
+        shown = None
     c = run.cfg
     secs = np.asarray(h["seconds"], dtype=float)
     lines = [
@@ -127,7 +130,10 @@ def write_report(run, result, summary, out_dir: Path, final_dir: Path | None = N
             nn = specs[net.name]
             lines.append(f"| `{net.name}` | {nn.n_in} → {' → '.join(map(str, nn.hidden))} → {nn.n_out} | {nn.act} | {net.size} |")
         lines += ["", "Weights: `networks.npz` (flat vectors and torch `Sequential` state-dict arrays).", ""]
-    lines += ["## Loss curves", "", "![loss curves](loss.png)", "", "## Predicted vs measured", "",
-              f"Rollout of the fitted model over the whole {shown}.", "", "![validation rollout](validation.png)", ""]
+    if shown is not None:
+        lines += ["## Loss curves", "", "![loss curves](loss.png)", "", "## Predicted vs measured", "",
+                  f"Rollout of the fitted model over the whole {shown}.", "", "![validation rollout](validation.png)", ""]
+    else:
+        lines += ["Plots were not drawn (`--no-plots`); the per-epoch losses are in `history.csv`.", ""]
     with writing(final_dir / "report.md"):
         out.write_text(out_dir / "report.md", "\n".join(lines) + "\n")

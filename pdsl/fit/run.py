@@ -504,6 +504,10 @@ def _write_outputs(run: FitRun, result: Result, summary: dict, out_dir: Path) ->
         with ck.writing(out_dir / names["params"]):
             out.write_text(stage / names["params"], doc)
         files = sorted(stage.iterdir(), key=lambda f: f.name == names["params"])  # params.json last
+        if not run.cfg.plots:  # an earlier fit's figures would not belong to these parameters
+            for stale in ("loss.png", "validation.png"):
+                with ck.writing(out_dir / stale):
+                    (out_dir / stale).unlink(missing_ok=True)
         for f in files:
             with ck.writing(out_dir / f.name):
                 os.replace(f, out_dir / f.name)
