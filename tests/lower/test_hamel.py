@@ -214,3 +214,17 @@ def test_learned_connection_relations_match_benchmarks_d41(tmp_path):
     ]
     for got, want in zip(rel, expected):
         assert sp.expand(got - want) == 0
+
+
+def test_show_and_check_with_a_network_in_a_velocity_constraint(tmp_path, capsys):
+    """Issue 14 item 4: the integrability test does not apply to a constraint that calls a network (it crashed)."""
+    path = tmp_path / "nn_constraint.phm"
+    path.write_text("model NNConstraint\n  param I = 0.4, J = 0.25, m = 1.3\n  coord theta = 0.0, phi = 0.0, x = 0.0, y = 0.0\n"
+                    "  nn A: mlp(hidden = [8], act = tanh, out = 2)\n"
+                    "  lagrangian I/2*der(theta)^2 + J/2*der(phi)^2 + m/2*(der(x)^2 + der(y)^2)\n"
+                    "  constraint der(x) = A(phi)[1]*der(theta)\n  constraint der(y) = A(phi)[2]*der(theta)\nend\n",
+                    encoding="utf-8")
+    assert main(["show", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("not tested: its coefficients call the network `A`") == 2
+    assert main(["check", str(path)]) == 0
