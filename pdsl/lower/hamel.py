@@ -99,7 +99,7 @@ def _generic_point(exprs, params) -> dict:
     """Deterministic generic values for every symbol (parameters at their defaults when non-zero)."""
     rng = np.random.default_rng(20261124)
     defaults = {p.symbol: p.default for p in params if p.default}
-    symbols = sorted(set().union(*(sp.sympify(e).free_symbols for e in exprs)) if exprs else set(), key=lambda s: s.name)
+    symbols = sorted(set().union(*(S.as_expr(e).free_symbols for e in exprs)) if exprs else set(), key=lambda s: s.name)
     return {s: sp.Float(defaults.get(s, 0.3 + rng.random())) for s in symbols}
 
 

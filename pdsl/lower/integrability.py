@@ -161,9 +161,11 @@ def _networks_in(row) -> list[str]:
     """Names of the neural components a row of coefficients calls (``nn_A(k, ...)`` -> ``A``)."""
     from sympy.core.function import AppliedUndef
 
+    from .. import symbols as S
+
     names = set()
     for e in row:
-        e = sp.sympify(e)
+        e = S.as_expr(e)  # internal values only: never parses text
         names |= {f.func.__name__.removeprefix("nn_") for f in e.atoms(AppliedUndef)}
         names |= {d.expr.func.__name__.removeprefix("nn_") for d in e.atoms(sp.Derivative) if isinstance(d.expr, AppliedUndef)}
     return sorted(names)
