@@ -38,6 +38,7 @@ class GroupKind:
     name: str
     arity: int | None  # number of coordinates; None: any number ≥ 1
     fields: Callable[[tuple[sp.Symbol, ...]], sp.Matrix]  # U(g): column a is the generator field u_a
+    coframe: Callable[[tuple[sp.Symbol, ...]], sp.Matrix]  # U(g)⁻¹: ξ = U⁻¹ ġ, the body velocity
     describe: str
 
 
@@ -50,17 +51,28 @@ def _se2(g):
     return sp.Matrix([[1, 0, 0], [-y, 1, 0], [x, 0, 1]])
 
 
+def _se2_inv(g):
+    phi, x, y = g
+    return sp.Matrix([[1, 0, 0], [y, 1, 0], [-x, 0, 1]])
+
+
 def _se2_body(g):
     phi, x, y = g
     return sp.Matrix([[1, 0, 0], [0, sp.cos(phi), -sp.sin(phi)], [0, sp.sin(phi), sp.cos(phi)]])
 
 
+def _se2_body_inv(g):
+    phi, x, y = g
+    return sp.Matrix([[1, 0, 0], [0, sp.cos(phi), sp.sin(phi)], [0, -sp.sin(phi), sp.cos(phi)]])
+
+
 GROUPS: dict[str, GroupKind] = {
-    "R": GroupKind("R", None, _translations, "translations of the named coordinates (abelian)"),
-    "S1": GroupKind("S1", 1, _translations, "rotations of one angle (abelian)"),
-    "SO2": GroupKind("SO2", 1, _translations, "rotations of one angle (abelian); the same as S1"),
-    "SE2": GroupKind("SE2", 3, _se2, "planar rigid motions (phi, x, y); right-invariant generator fields"),
-    "SE2body": GroupKind("SE2body", 3, _se2_body, "planar rigid motions (phi, x, y); left-invariant fields, body velocities"),
+    "R": GroupKind("R", None, _translations, _translations, "translations of the named coordinates (abelian)"),
+    "S1": GroupKind("S1", 1, _translations, _translations, "rotations of one angle (abelian)"),
+    "SO2": GroupKind("SO2", 1, _translations, _translations, "rotations of one angle (abelian); the same as S1"),
+    "SE2": GroupKind("SE2", 3, _se2, _se2_inv, "planar rigid motions (phi, x, y); right-invariant generator fields"),
+    "SE2body": GroupKind("SE2body", 3, _se2_body, _se2_body_inv,
+                         "planar rigid motions (phi, x, y); left-invariant fields, body velocities"),
 }
 
 

@@ -156,7 +156,7 @@ def _frames(model: Model, group, q, qd, L) -> _Frames:
     for a in range(G):
         for j, x in enumerate(g):
             Psi[index[x], sigma + a] = Ug[j, a]
-    Ug_inv = _inv(Ug)
+    Ug_inv = kind.coframe(tuple(g))  # ξ = U⁻¹ ġ (pdsl.groups)
     Psi_inv = sp.zeros(n, n)
     for a, x in enumerate(r):
         Psi_inv[a, index[x]] = 1
@@ -249,9 +249,7 @@ def lower_hamel(model: Model) -> SymbolicSystem:
     qd = [S.der(x) for x in q]
     _check_momenta_free_of_inputs(model, [sp.diff(L, x) for x in qd], span)
     fr = _frames(model, group, q, qd, L)
-    n, g, r, sigma, Ug = fr.n, fr.g, fr.r, fr.sigma, fr.Ug
-    dep, ind, Ft, F, conn = fr.dep, fr.ind, fr.Ft, fr.F, fr.conn
-    F_inv, m_ind = fr.F_inv, len(fr.ind)
+    n, r, sigma, ind, Ft, F, F_inv, m_ind = fr.n, fr.r, fr.sigma, fr.ind, fr.Ft, fr.F, fr.F_inv, len(fr.ind)
 
     vname = _quasi_name(model)
     v_all = [S.sym(f"{vname}[{i + 1}]") for i in range(n)]
@@ -298,8 +296,7 @@ def lower_hamel(model: Model) -> SymbolicSystem:
 
     outputs = tuple(replace(o, expr=o.expr.xreplace(to_v)) for o in model.outputs)
 
-    derivation, balances = _derivation(model, group, r, g, q, qd, L, Ug, conn, Ft, F, dep, ind, v, v_all, l_D, p_full, c,
-                                       to_v, sigma, vname)
+    derivation, balances = _derivation(group, fr, q, qd, L, l_D, p_full, c, to_v, vname)
     return SymbolicSystem(
         name=model.name, doc=model.doc, path=model.path, formalism="hamel",
         states=tuple(states_q + states_v), algebraics=(), multipliers=(),
@@ -345,16 +342,11 @@ def _paper_relations(q, qd, L, r, gen, Ft, sigma, to_v, origin):
     return items_p, tuple(rel), tuple(balances)
 
 
-def _derivation(model, group, r, g, q, qd, L, Ug, conn, Ft, F, dep, ind, v, v_all, l_D, p_full, c, to_v, sigma, vname):
+def _derivation(group, fr: _Frames, q, qd, L, l_D, p_full, c, to_v, vname):
     """What `show` prints, and the full-frame momentum relations (the paper's Eqs. 72–75 form) as balances."""
-    n, G, m_ind = len(q), len(g), len(v)
-    index = {x: i for i, x in enumerate(q)}
-    gen = []
-    for a in range(G):
-        vec = sp.zeros(n, 1)
-        for j, x in enumerate(g):
-            vec[index[x]] = Ug[j, a]
-        gen.append(vec)
+    r, g, G, sigma, n, m_ind = fr.r, fr.g, fr.G, fr.sigma, fr.n, len(fr.ind)
+    Ft, F, dep = fr.Ft, fr.F, fr.dep
+    gen = _generator_vectors(fr, q)
     u_names = [f"∂{x.name}" for x in r] + [f"u{sigma + a + 1}" for a in range(G)]
     items_group = [DerivationItem.of(f"u{sigma + a + 1}", _field_text(gen[a], q)) for a in range(G)]
     shape = ", ".join(x.name for x in r) or "none"
@@ -362,7 +354,7 @@ def _derivation(model, group, r, g, q, qd, L, Ug, conn, Ft, F, dep, ind, v, v_al
         f"Hamel reduction: group {group.kind}({', '.join(x.name for x in g)}), shape ({shape})",
         tuple(items_group),
         f"{GROUPS[group.kind].describe}; ξ = U(g)⁻¹ ġ (pdsl.groups states the conventions)")]
-    conn_items = tuple(DerivationItem.of(f"𝒜^{a + 1}_{r[alpha].name}", conn[a, alpha]) for alpha in range(sigma) for a in range(G))
+    conn_items = _connection_items(fr)
     sec.append(DerivationSection.of("Connection 𝒜 (horizontal lift ũ_α = ∂_α − 𝒜^a_α u_{σ+a})", conn_items,
                                     "" if conn_items else "no shape coordinates: the distribution is spanned by group directions"))
     frame = [DerivationItem.of(f"ũ{i + 1}  (pairs with {vname}[{i + 1}])", _field_text(Ft[:, i], q)) for i in range(m_ind)]
@@ -383,6 +375,11 @@ def _derivation(model, group, r, g, q, qd, L, Ug, conn, Ft, F, dep, ind, v, v_al
                                     "the paper's form: they hold along the rolling disk's motion (BENCHMARKS D4.1) but are not "
                                     "a law of every system; `simulate` reports their residual along the trajectory"))
     return tuple(sec), balances
+
+
+def _connection_items(fr: _Frames) -> tuple[DerivationItem, ...]:
+    return tuple(DerivationItem.of(f"𝒜^{a + 1}_{fr.r[alpha].name}", fr.conn[a, alpha])
+                 for alpha in range(fr.sigma) for a in range(fr.G))
 
 
 def _generator_vectors(fr: _Frames, q) -> list[sp.Matrix]:
@@ -407,9 +404,8 @@ def group_relations(model: Model) -> tuple[tuple[DerivationSection, ...], tuple[
     fr = _frames(model, group, q, qd, L)
     items_p, items_rel, balances = _paper_relations(q, qd, L, fr.r, _generator_vectors(fr, q), fr.Ft, fr.sigma,
                                                     {x: x for x in qd}, group.span)
-    conn = tuple(DerivationItem.of(f"𝒜^{a + 1}_{fr.r[alpha].name}", fr.conn[a, alpha])
-                 for alpha in range(fr.sigma) for a in range(fr.G))
-    return (DerivationSection.of(f"Connection 𝒜 of group {group.kind}({', '.join(x.name for x in fr.g)})", conn),
+    return (DerivationSection.of(f"Connection 𝒜 of group {group.kind}({', '.join(x.name for x in fr.g)})",
+                                 _connection_items(fr)),
             DerivationSection.of("Momentum relations of the paper (Eqs. 72–75 form) with this connection", items_rel,
                                  "the quantities of the teacher-forced Eq. 18 loss (`pdsl fit --momentum-weight`)")), balances
 

@@ -872,7 +872,7 @@ class _Resolver:
         """der(on_k) = Σ_j a[k·G + j](q) der(given_j), with q every coordinate in declaration order; the entries of
         a(q) are outputs ``a[1]``, ``a[2]``, … (row by row: the first dependent rate's coefficients first)."""
         on, given = self._learned_rates(stmt)
-        coords = [d.name for st in self.ast.body if isinstance(st, A.DeclStmt) and st.kind == "coord" for d in st.decls]
+        coords = self._coordinate_names()
         sp_ = stmt.span
         call = A.Call(span=sp_, func=A.Name(span=sp_, id=stmt.name), args=tuple(A.Name(span=sp_, id=c) for c in coords), kwargs=())
         G = len(given)
@@ -950,8 +950,7 @@ class _Resolver:
         shapes = [q for q in coords if q not in group.coords]
         G = len(group.coords)
         fn = self._nn_specs[stmt.name][4]
-        U = GROUPS[group.kind].fields(group.coords)
-        U_inv = (U.adjugate() / sp.simplify(U.det())).applyfunc(sp.simplify)
+        U_inv = GROUPS[group.kind].coframe(group.coords)  # ξ = U⁻¹ ġ
         gdot = [S.der(g) for g in group.coords]
         for a in range(G):
             xi = sp.Add(*(U_inv[a, j] * gdot[j] for j in range(G)))

@@ -44,6 +44,9 @@ def test_se2_fields_brackets_and_body_velocity():
     assert list(xi) == [dphi, dx + y * dphi, dy - x * dphi]  # BENCHMARKS D4.1
     Ub = GROUPS["SE2body"].fields((phi, x, y))
     xb = sp.simplify(Ub.inv() * sp.Matrix([dphi, dx, dy]))
+    for kind in GROUPS.values():  # the tabulated coframe is the inverse of the fields
+        g = (phi, x, y)[: kind.arity or 2]
+        assert sp.simplify(kind.coframe(g) * kind.fields(g)) == sp.eye(len(g))
     assert sp.simplify(xb[1] - (dx * sp.cos(phi) + dy * sp.sin(phi))) == 0
 
 
