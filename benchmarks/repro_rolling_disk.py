@@ -228,31 +228,28 @@ def eq18_study(args) -> int:
 
 
 def _figures(out: Path, t, A_l, A_t, p_l, p_t) -> None:
+    _panels(out / "results_rolling_disk_A.png", t, A_t, A_l, [f"A^{k + 1} along the trajectory" for k in range(3)], "learned")
+    _panels(out / "results_rolling_disk_p.png", t, p_t, p_l, [f"p{k + 1}" for k in range(4)], "learned rollout")
+
+
+def _panels(path: Path, t, true, learned, titles, label) -> None:
+    """One panel per column: the true curve and the learned one, the end of the training interval marked."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(1, 3, figsize=(12, 3.2), sharex=True)
-    for k in range(3):
-        ax[k].plot(t, A_t[:, k], "k", lw=2, label="true")
-        ax[k].plot(t, A_l[:, k], "C1--", label="learned")
+    fig, ax = plt.subplots(1, len(titles), figsize=(3.5 * len(titles), 3.2), sharex=True)
+    for k, title in enumerate(titles):
+        ax[k].plot(t, true[:, k], "k", lw=2, label="true")
+        ax[k].plot(t, learned[:, k], "C1--", label=label)
         ax[k].axvline(20, color="0.6", lw=0.8)
-        ax[k].set_title(f"A^{k + 1} along the trajectory")
+        ax[k].set_title(title)
         ax[k].set_xlabel("t [s]")
     ax[0].legend()
     fig.tight_layout()
-    fig.savefig(out / "results_rolling_disk_A.png", dpi=110)
-    fig, ax = plt.subplots(1, 4, figsize=(14, 3.2), sharex=True)
-    for k in range(4):
-        ax[k].plot(t, p_t[:, k], "k", lw=2, label="true")
-        ax[k].plot(t, p_l[:, k], "C0--", label="learned rollout")
-        ax[k].axvline(20, color="0.6", lw=0.8)
-        ax[k].set_title(f"p{k + 1}")
-        ax[k].set_xlabel("t [s]")
-    ax[0].legend()
-    fig.tight_layout()
-    fig.savefig(out / "results_rolling_disk_p.png", dpi=110)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -299,7 +299,7 @@ def cmd_evaluate(args) -> int:
     print(format_table(rollout))
     summary = {**rollout, **summary}
     if args.reference is not None and args.energy_grid is None:
-        summary["reference"] = _reference_outputs(args, num, exprs)
+        summary["reference"] = _reference_outputs(args, num, data, exprs)
     if args.json:
         _dump_json(args.json, summary)
     if args.plot:
@@ -308,7 +308,7 @@ def cmd_evaluate(args) -> int:
     return EXIT_OK
 
 
-def _reference_outputs(args, num, exprs) -> dict:
+def _reference_outputs(args, num, data, exprs) -> dict:
     """--data with --reference: the outputs both models have, compared along the data (no rollout)."""
     from ..fit.data import load_dataset
     from ..fit.reference import compare_outputs
@@ -316,9 +316,7 @@ def _reference_outputs(args, num, exprs) -> dict:
     from ..pipeline import CompileOptions, compile_model
 
     ref = compile_model(args.reference, CompileOptions(formulation=getattr(args, "formulation", "hamiltonian"))).numeric
-    cols = _column_map(args.map) or None
-    data = load_dataset(args.data, num, columns=cols, inputs=fit_inputs(num, exprs), latent=True)
-    ref_data = load_dataset(args.data, ref, columns=cols, inputs=fit_inputs(ref, exprs), latent=True)
+    ref_data = load_dataset(args.data, ref, columns=_column_map(args.map) or None, inputs=fit_inputs(ref, exprs), latent=True)
     found = compare_outputs(num, ref, data, ref_data)
     print(f"outputs along the data against {ref.system.name} ({args.reference}):")
     print("| output | RMSE | max error | reference range |")

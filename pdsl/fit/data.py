@@ -338,36 +338,24 @@ def add_noise(names, data: np.ndarray, sigma: float, seed: int, spare_t0: bool =
 def random_windows(ds: Dataset, steps: int, rng: np.random.Generator) -> Chunks:
     """One window of ``steps`` intervals per trajectory, at a start drawn uniformly from ``rng``
     (BENCHMARKS B5: a random time step along each trajectory, a fresh draw every epoch)."""
-    S0, Y, U, T, origin, Y0 = [], [], [], [], [], []
-    for j, tr in enumerate(ds.trajectories):
-        if len(tr) <= steps:
-            continue
-        s = int(rng.integers(0, len(tr) - steps))
-        S0.append(tr.S[s])
-        Y0.append(tr.Y[s])
-        Y.append(tr.Y[s + 1 : s + steps + 1].T)
-        U.append(tr.U[s : s + steps + 1].T)
-        T.append(tr.t[s : s + steps + 1])
-        origin.append((j, s))
-    if not S0:
-        return make_chunks(ds, steps)
-    return Chunks(np.array(S0), np.array(Y), np.array(U), np.array(T), np.array(origin, dtype=int), np.array(Y0))
+    starts = [(j, int(rng.integers(0, len(tr) - steps))) for j, tr in enumerate(ds.trajectories) if len(tr) > steps]
+    return _windows(ds, starts, steps) if starts else make_chunks(ds, steps)
 
 
 def make_chunks(ds: Dataset, steps: int, stride: int | None = None) -> Chunks:
     """Every window of ``steps`` intervals starting at 0, stride, 2·stride, ... (stride = steps: disjoint)."""
     stride = steps if stride is None else stride
-    S0, Y, U, T, origin, Y0 = [], [], [], [], [], []
-    for j, tr in enumerate(ds.trajectories):
-        for s in range(0, len(tr) - steps, stride):
-            S0.append(tr.S[s])
-            Y0.append(tr.Y[s])
-            Y.append(tr.Y[s + 1 : s + steps + 1].T)
-            U.append(tr.U[s : s + steps + 1].T)
-            T.append(tr.t[s : s + steps + 1])
-            origin.append((j, s))
-    if not S0:
+    return _windows(ds, [(j, s) for j, tr in enumerate(ds.trajectories) for s in range(0, len(tr) - steps, stride)], steps)
+
+
+def _windows(ds: Dataset, starts, steps: int) -> Chunks:
+    """The windows of ``steps`` intervals at ``starts`` ((trajectory, sample) pairs), stacked."""
+    if not starts:
         n_obs, n_u = len(ds.observed), len(ds.inputs)
         return Chunks(np.zeros((0, len(ds.shown))), np.zeros((0, n_obs, steps)), np.zeros((0, n_u, steps + 1)),
                       np.zeros((0, steps + 1)), np.zeros((0, 2), dtype=int), np.zeros((0, n_obs)))
-    return Chunks(np.array(S0), np.array(Y), np.array(U), np.array(T), np.array(origin, dtype=int), np.array(Y0))
+    trs = ds.trajectories
+    return Chunks(np.array([trs[j].S[s] for j, s in starts]), np.array([trs[j].Y[s + 1 : s + steps + 1].T for j, s in starts]),
+                  np.array([trs[j].U[s : s + steps + 1].T for j, s in starts]),
+                  np.array([trs[j].t[s : s + steps + 1] for j, s in starts]), np.array(starts, dtype=int),
+                  np.array([trs[j].Y[s] for j, s in starts]))

@@ -121,11 +121,11 @@ def _bad(message: str, hint: str | None = None) -> PdslError:
     return PdslError.at("BadOption", message, hint=hint)
 
 
-def constraint_weight(constraints: Mapping | None, key: str = "constraints") -> float:
-    """The weight of the constraint-residual (or the ``momentum``) term (0: off), checked."""
-    if not constraints:
+def term_weight(table: Mapping | None, key: str) -> float:
+    """The weight of a one-setting term (``constraints``, ``momentum``; 0: off), checked."""
+    if not table:
         return 0.0
-    w = check_table(key, dict(constraints)).get("weight", 1.0)
+    w = check_table(key, dict(table)).get("weight", 1.0)
     if not (w >= 0 and np.isfinite(w)):
         raise _bad(f"{key} weight must be a finite number ≥ 0, got {w}")
     return w
@@ -425,8 +425,8 @@ class RegularizedLoss:
 def wrap_loss(loss, cfg, model, num, layout, train):
     """``loss`` itself without regularisers, else a :class:`RegularizedLoss` (settings of ``cfg``)."""
     eq, sp = specs_from_config(cfg.equilibrium, cfg.sparsity)
-    w_con = constraint_weight(getattr(cfg, "constraints", None))
-    w_mom = constraint_weight(getattr(cfg, "momentum", None), "momentum")
+    w_con = term_weight(getattr(cfg, "constraints", None), "constraints")
+    w_mom = term_weight(getattr(cfg, "momentum", None), "momentum")
     if eq is None and sp is None and not w_con and not w_mom:
         return loss
     return RegularizedLoss(loss, Regularizer(num, layout, eq, sp, model=model, train=train, w_con=w_con, w_mom=w_mom))

@@ -20,11 +20,8 @@ class BalanceCheck:
 def check_balances(num, t, X, p, U=None) -> tuple[BalanceCheck, ...]:
     if num.balances is None or not len(t):
         return ()
-    nu = len(num.u_names)
-    res = []
-    for k in range(len(t)):
-        u = U[k] if U is not None and nu else np.zeros(nu)
-        res.append(np.asarray(num.balances(t[k], X[k], p, u)).ravel())
-    res = np.array(res)
+    n, nu = len(t), len(num.u_names)
+    U = np.asarray(U, dtype=float).T if U is not None and nu else np.zeros((nu, n))
+    res = np.asarray(num.balances.map(n)(np.asarray(t)[None, :], np.asarray(X).T, p, U)).T  # one call for the grid
     return tuple(BalanceCheck(name=b.name, label=b.label, max_residual=float(np.max(np.abs(res[:, i]))))
                  for i, b in enumerate(num.system.balances))
