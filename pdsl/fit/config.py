@@ -74,7 +74,7 @@ class FitConfig:
 
 
 _TYPES = {f.name: f.type for f in fields(FitConfig)}
-_NO_FINGERPRINT = {"epochs", "threads", "backend", "device"}  # may change between a run and its resumption
+_NO_FINGERPRINT = {"epochs", "threads", "backend", "device", "plots"}  # may change between a run and its resumption
 
 
 def _toml_error(path: str, text: str, key: str | None, message: str, hint: str | None = None,
