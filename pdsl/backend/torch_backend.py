@@ -580,11 +580,16 @@ class TorchSystem:
             off += size
         return Bound(p, phys, layers, masks)
 
-    def dropout_masks(self, rate: float, B: int, generator: torch.Generator) -> dict:
+    def dropout_masks(self, rate, B: int, generator: torch.Generator) -> dict:
         """Inverted-dropout masks for a batch of B: per network, per hidden layer, entries 0 with
-        probability ``rate`` and 1/(1 − rate) otherwise (drawn on the CPU from ``generator``)."""
+        probability ``rate`` and 1/(1 − rate) otherwise (drawn on the CPU from ``generator``). ``rate``:
+        one for every network, or (network name, rate) pairs (networks not named: no dropout)."""
+        rates = dict(rate) if isinstance(rate, (tuple, list, dict)) else {nn.name: rate for nn in self.nets}
         out = {}
         for nn in self.nets:
+            rate = rates.get(nn.name, 0.0)
+            if not rate:
+                continue
             out[nn.name] = [(torch.bernoulli(torch.full((B, w), 1.0 - rate, dtype=torch.float64), generator=generator)
                              / (1.0 - rate)).to(dtype=self.dtype, device=self.device) for w in nn.hidden]
         return out

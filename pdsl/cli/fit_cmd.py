@@ -81,7 +81,8 @@ def add_parsers(sub, common) -> None:
     g.add_argument("--patience", type=integer, help="plateau: epochs without improvement before the lr is reduced (default 10)")
     g.add_argument("--factor", type=finite_float, help="plateau: lr reduction factor (default 0.5)")
     g.add_argument("--dropout", type=finite_float, metavar="RATE",
-                   help="training only (torch backend): dropout after every hidden layer of every network (default 0)")
+                   help="training only (torch backend): dropout after every hidden layer of every network "
+                        "(default: each network's mlp(dropout = …), else 0)")
     g.add_argument("--early-stop", type=integer, metavar="EPOCHS",
                    help="stop when the validation loss has not improved for EPOCHS epochs (best parameters kept)")
     p.add_argument("--formulation", choices=("hamiltonian", "lagrangian"), help="Cartesian mechanics: Eq. 6 or Eq. 7")

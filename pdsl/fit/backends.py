@@ -42,7 +42,8 @@ def choose_backend(cfg, num: NumericSystem, layout: ParamLayout, spec: LossSpec)
     why = torch_unsupported(num, spec)
     if spec.dtype != "float64" or spec.device != "cpu" or spec.dropout:
         if want == "casadi":
-            what = f"--dropout {spec.dropout:g}" if spec.dropout else f"--dtype {spec.dtype} --device {spec.device}"
+            what = (f"--dtype {spec.dtype} --device {spec.device}" if not spec.dropout else f"--dropout {spec.dropout:g}"
+                    if isinstance(spec.dropout, float) else "mlp(dropout = …)")
             raise PdslError.at("BadOption", f"{what}: the CasADi backend runs in float64 on the CPU, without dropout",
                                hint="use --backend torch (or auto)")
         want = "torch"

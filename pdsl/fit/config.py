@@ -70,7 +70,7 @@ class FitConfig:
     patience: int = 10  # plateau: epochs without improvement before the lr is reduced (x factor)
     factor: float = 0.5  # plateau: lr reduction factor
     early_stop: int | None = None  # stop when the validation loss has not improved for this many epochs
-    dropout: float = 0.0  # training only (torch backend): dropout rate after every hidden layer of the networks
+    dropout: float | None = None  # training only (torch backend): rate after every hidden layer; None: each mlp(dropout = …)
 
 
 _TYPES = {f.name: f.type for f in fields(FitConfig)}
@@ -208,7 +208,7 @@ def check_training_options(cfg: FitConfig) -> None:
         raise PdslError.at("BadOption", f"--fpi-tol must be a positive number, got {cfg.fpi_tol}")
     if cfg.patience < 1 or cfg.early_stop is not None and cfg.early_stop < 1:
         raise PdslError.at("BadOption", "--patience and --early-stop must be positive integers")
-    if not (math.isfinite(cfg.dropout) and 0 <= cfg.dropout < 1):
+    if cfg.dropout is not None and not (math.isfinite(cfg.dropout) and 0 <= cfg.dropout < 1):
         raise PdslError.at("BadOption", f"--dropout must be in [0, 1), got {cfg.dropout}")
     if not (math.isfinite(cfg.factor) and 0 < cfg.factor < 1):
         raise PdslError.at("BadOption", f"--factor must be in (0, 1), got {cfg.factor}")

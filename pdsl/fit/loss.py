@@ -61,7 +61,9 @@ class LossSpec:
     variable_step: bool = False  # irregular sampling: each interval's length comes from the sample times
     dtype: str = "float64"  # torch backend: float64 | float32
     device: str = "cpu"  # torch backend: cpu | cuda[:k]
-    dropout: float = 0.0  # torch backend, training only: dropout rate after every hidden layer of every network
+    # torch backend, training only: dropout after every hidden layer — one rate for every network, or
+    # (network name, rate) pairs (the networks' own mlp(dropout = …)); 0 / (): none
+    dropout: float | tuple = 0.0
 
 
 # ---------------------------------------------------------------- model pieces

@@ -81,6 +81,15 @@ def _compile(system, seed: int) -> NumericSystem:
     return to_casadi(system, seed=seed)
 
 
+def _dropout(cfg: FitConfig, system) -> float | tuple:
+    """--dropout for every network, else the networks' own ``mlp(dropout = …)`` (AdamW training only)."""
+    if cfg.dropout is not None:
+        return cfg.dropout
+    if cfg.method != "adamw":
+        return 0.0
+    return tuple((nn.name, nn.dropout) for nn in system.neural if nn.dropout)
+
+
 def prepare(model_path: str, model_name: str | None, cfg: FitConfig, consts: Mapping[str, int] | None = None) -> FitRun:
     """Compile, choose parameters, load and split the data, build the loss."""
     seed = cfg.network_seed if cfg.network_seed is not None else cfg.seed
@@ -109,7 +118,7 @@ def prepare(model_path: str, model_name: str | None, cfg: FitConfig, consts: Map
     spec = LossSpec(steps=cfg.chunk, dt=data.dt, method=cfg.integrator, substeps=cfg.substeps, loss=cfg.loss,
                     threads=cfg.threads, project=cfg.project, variable_step=not data.uniform,
                     weights=noise_weights(cfg.noise, data.observed), step_options=step_options(cfg),
-                    dtype=cfg.dtype, device=cfg.device, dropout=cfg.dropout)
+                    dtype=cfg.dtype, device=cfg.device, dropout=_dropout(cfg, compiled.system))
     loss = make_loss(num, layout, spec, data.observed, cfg)  # CasADi or torch backend (cfg.backend)
     loss = regularize.wrap_loss(loss, cfg, m, num, layout, train)  # equilibrium / sparsity terms, when set
     return FitRun(model_path, m, num, layout, cfg, data, train, val, loss, p_start)

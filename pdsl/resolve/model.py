@@ -64,6 +64,7 @@ class Neural:
     fn: object  # sympy UndefinedFunction
     span: Span
     acts: tuple[str, ...] = ()  # per layer, the output layer last; empty: `act` on hidden layers, linear output
+    dropout: float = 0.0  # training only (pdsl fit, torch backend): dropout rate after every hidden layer
 
     def layer_acts(self) -> tuple[str, ...]:
         """One activation name per layer (len(hidden) + 1), the output layer's last ("identity": linear)."""

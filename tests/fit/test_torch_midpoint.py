@@ -211,3 +211,40 @@ def test_toml_settings(tmp_path):
     worse.write_text('data = "d.csv"\ngradient = "backprop"\n')
     with pytest.raises(PdslError, match="--gradient backprop: unknown"):
         check_options(FitConfig(**load_toml(worse)))
+
+
+def test_mlp_dropout_in_the_model(tmp_path, hnn_files, capsys):
+    """`mlp(dropout = r)` in the model is the default of `--dropout r` (AdamW, torch): the same seeded fit
+    with either gives identical parameters, and they differ from a fit without dropout; `--dropout 0`
+    overrides the model's rate; only the named network gets masks."""
+    model, data, _ = hnn_files
+    dropped = tmp_path / "hnn_dropout.phm"
+    dropped.write_text(HNN1.replace("act = tanh)", "act = tanh, dropout = 0.2)"))
+    c = compile_model(str(dropped))
+    assert [nn.dropout for nn in c.model.neural] == [0.2]
+    common = ("--data", data, "--quiet", "--epochs", "2", "--batch", "4", "--lr", "0.01", "--chunk", "3", "--backend", "torch")
+    runs = {}
+    for tag, path, extra in [("model", dropped, ()), ("flag", model, ("--dropout", "0.2")), ("none", model, ()),
+                             ("override", dropped, ("--dropout", "0"))]:
+        assert cli("fit", path, "-o", tmp_path / tag, *common, *extra) == 0, capsys.readouterr()
+        p = json.loads((tmp_path / tag / "params.json").read_text())
+        runs[tag] = (p["train_loss"], p["val_loss"])
+    assert runs["model"] == runs["flag"]
+    assert runs["none"] == runs["override"] != runs["model"]
+    num = c.numeric
+    lay = make_layout(num, c.model, [])
+    loss = TorchChunkLoss(num, lay, LossSpec(steps=2, dt=0.05, method="rk4", dropout=(("H", 0.2),)), tuple(num.report_names))
+    masks = loss.system.dropout_masks((("H", 0.2),), 3, torch.Generator().manual_seed(0))
+    assert set(masks) == {"H"} and [m.shape for m in masks["H"]] == [(3, 16), (3, 32), (3, 16)]
+    assert loss.system.dropout_masks((("other", 0.2),), 3, torch.Generator().manual_seed(0)) == {}
+
+
+@pytest.mark.parametrize("arg,msg", [("dropout = 1.5", "dropout rate must be in [0, 1)"),
+                                     ("dropout = -0.1", "dropout rate must be in [0, 1)"),
+                                     ("dropout = q", "error[NotConstant]")])
+def test_mlp_dropout_bad_values(tmp_path, arg, msg, capsys):
+    bad = tmp_path / "bad.phm"
+    bad.write_text(HNN1.replace("act = tanh)", f"act = tanh, {arg})"))
+    assert cli("check", bad) == 2
+    err = capsys.readouterr().err
+    assert msg in err and "bad.phm:4:" in err and "Traceback" not in err
