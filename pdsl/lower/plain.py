@@ -10,7 +10,7 @@ import sympy as sp
 from .. import symbols as S
 from ..diagnostics import Collector, PdslError
 from ..resolve.model import Model
-from .common import check_finite, check_no_unsupported, make_state, resolve_input_laws
+from .common import check_no_unsupported, make_state, resolve_input_laws, scan
 from .ir import Algebraic, Equation, SymbolicSystem
 from .registry import Formalism, LowerOptions, register
 
@@ -31,9 +31,10 @@ def lower_plain(model: Model) -> SymbolicSystem:
     diags.raise_if_any()
 
     ders = {S.der(v.symbol): v for v in model.variables}
-    # the free symbols of each side, once: sympy walks the whole tree for every `free_symbols` (N-body sums are
-    # large trees), so the passes below reuse these sets
-    free = [(e.lhs.free_symbols, e.rhs.free_symbols) for e in model.equations]
+    # the free symbols of each side (and whether it is finite), once, each shared subtree visited once: sympy walks
+    # the whole tree for every `free_symbols` (N-body sums are large trees), so the passes below reuse these sets
+    scans = [(scan(e.lhs), scan(e.rhs)) for e in model.equations]
+    free = [(a[0], b[0]) for a, b in scans]
     used_ders = set().union(*(a | b for a, b in free)) if model.equations else set()
     for u in model.inputs:
         if u.law is not None and u.law.free_symbols & set(ders):
@@ -51,11 +52,11 @@ def lower_plain(model: Model) -> SymbolicSystem:
 
     differential, algebraic = [], []
     rhs_rates: list[bool] = []  # per differential equation: its right side holds a rate
-    for eq, (lhs_free, rhs_free) in zip(model.equations, free):
+    for eq, (lhs_free, rhs_free), (lhs_scan, rhs_scan) in zip(model.equations, free, scans):
         lhs = eq.lhs.xreplace(to_rate) if lhs_free & to_rate.keys() else eq.lhs
         rhs = eq.rhs.xreplace(to_rate) if rhs_free & to_rate.keys() else eq.rhs
-        check_finite(lhs, eq.span, "this equation")
-        check_finite(rhs, eq.span, "this equation")
+        if not (lhs_scan[1] and rhs_scan[1]):  # check_finite (replacing der(x) by its rate changes nothing there)
+            raise PdslError.at("NotANumber", "this equation is not finite (a division by zero?)", eq.span)
         present = sorted({to_rate[d] for d in (lhs_free | rhs_free) & to_rate.keys()}, key=lambda s: s.name)
         if not present:
             if (lhs - rhs) == 0:

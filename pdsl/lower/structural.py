@@ -288,18 +288,20 @@ def symbols_in(exprs, wanted: set) -> set:
     """The symbols of ``wanted`` that occur in ``exprs``, each shared subexpression visited once (sympy's
     ``free_symbols`` revisits every occurrence: exponential in the depth of shared subtrees of multibody rows)."""
     found: set = set()
-    seen: set = set()
-    stack = list(exprs)
+    seen: set[int] = set()  # by identity: hashing every node (structurally) cost more than the walk
+    seen_add, stack = seen.add, list(exprs)
+    pop, push = stack.pop, stack.extend
     while stack:
-        e = stack.pop()
-        if e in seen:
+        e = pop()
+        k = id(e)
+        if k in seen:
             continue
-        seen.add(e)
+        seen_add(k)
         if e.is_Symbol:
             if e in wanted:
                 found.add(e)
         elif not e.is_Atom:
-            stack.extend(e.args)
+            push(e.args)
     return found
 
 

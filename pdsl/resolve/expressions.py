@@ -488,6 +488,9 @@ class Evaluator:
         """``if c then a else b`` -> Piecewise((a, c), (b, True)), entry by entry for arrays of one shape."""
         c = self.condition(e.cond)
         a, b = self.number(e.then), self.number(e.orelse)
+        return self._if_value(c, a, b, e)
+
+    def _if_value(self, c, a, b, e: A.IfExpr):
         va, vb = isinstance(a, sp.MatrixBase), isinstance(b, sp.MatrixBase)
         if va != vb or (va and a.shape != b.shape):
             raise PdslError.at(
@@ -595,6 +598,9 @@ class Evaluator:
     def _Index(self, e: A.Index):
         base = self.eval(e.base)
         idx = [int_value(self.eval(i), i.span, "an index") for i in e.indices]
+        return self._index_into(base, idx, e)
+
+    def _index_into(self, base, idx: list[int], e: A.Index):
         if isinstance(base, ArrayRef):
             if len(idx) != 1:
                 raise PdslError.at("WrongArity", f"`{base.name}` has one index, got {len(idx)}", e.span)
@@ -775,11 +781,19 @@ class Evaluator:
         if type(self) is Evaluator and (snapshot or absent):
             base = Evaluator(self.scope.child(snapshot), self.nn_inputs)
             base._absent = self._absent | absent
-        terms = []
-        for i in range(lo, hi + 1):
-            ev = base.with_names({e.var: sp.Integer(i)})
-            ev.fast = fast
-            terms.append(ev.number(e.body))
+        terms = None
+        if fast and hi - lo + 1 >= TEMPLATE_MIN_TERMS and type(self) is Evaluator:
+            # an index template: the body evaluated once with symbolic indices, each term instantiated structurally
+            # (terms it cannot instantiate exactly are evaluated one by one below, errors included)
+            from .templates import template_terms
+
+            terms = template_terms(base, e, lo, hi)
+        if terms is None:
+            terms = []
+            for i in range(lo, hi + 1):
+                ev = base.with_names({e.var: sp.Integer(i)})
+                ev.fast = fast
+                terms.append(ev.number(e.body))
         return _add_all(terms, e.span, structural=fast)
 
 
@@ -787,6 +801,8 @@ _RELATIONS: Mapping[str, Callable] = {"<": sp.Lt, "<=": sp.Le, ">": sp.Gt, ">=":
 
 # Sums whose body indexes an array of this many elements (or with this many terms) are built structurally.
 FAST_ARRAY_SIZE = 32
+# Structural sums of at least this many terms go through an index template (pdsl/resolve/templates.py).
+TEMPLATE_MIN_TERMS = 4
 
 # Decimal exponents beyond this are outside double precision (and would take sympy forever).
 MAX_EXPONENT = 308

@@ -8,9 +8,11 @@ statement and raised together.
 from __future__ import annotations
 
 import difflib
+import gc
 import itertools
 import sys
 from collections import ChainMap
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping
 
@@ -97,7 +99,30 @@ def resolve_file(file: A.File, const_overrides: Mapping[str, int] | None = None)
 def resolve(m: A.ModelDef, const_overrides: Mapping[str, int] | None = None) -> M.Model:
     from .units import check_units  # units of measure: checked on the AST, attached to the model
 
-    return check_units(m, _Resolver(m, dict(const_overrides or {})).run())
+    with gc_paused():
+        return check_units(m, _Resolver(m, dict(const_overrides or {})).run())
+
+
+@contextmanager
+def gc_paused():
+    """No cyclic garbage collection while a model is resolved. Resolving builds ~10^6 sympy objects for a large
+    model (Cucker–Smale N = 200), nearly all of them kept: each full collection walks all of them, and at N = 200
+    these collections were 75 % of the resolve time (7.6 s against 1.7 s). Resolving makes next to no cyclic
+    garbage; the collector runs as usual afterwards."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+            if gc.get_count()[0] > _GC_YOUNG_MAX:
+                # one full collection now moves the new objects to the oldest generation; left in the youngest,
+                # the next three collections (young, middle, full) would each walk all of them
+                gc.collect()
+
+
+_GC_YOUNG_MAX = 200_000  # objects made while resolving above which the collection runs at once (large models only)
 
 
 @dataclass

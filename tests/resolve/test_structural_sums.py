@@ -73,9 +73,26 @@ def test_small_models_keep_the_canonical_form():
         assert e.args and e.func(*e.args) == e  # canonical: rebuilding it with evaluation changes nothing
 
 
+def test_cucker_smale_100_check_is_fast(tmp_path):
+    """Issue 18: `pdsl check` of Cucker–Smale N = 100 < 5 s. Through index templates (pdsl/resolve/templates.py) the
+    check's resolve + lowering take ~1 s in process (the whole command ~1.5 s, imports included, on a calm 2-core
+    machine; it was ~11 s); the bound leaves room for a loaded CI machine."""
+    from pdsl.lower import lower
+    from pdsl.pipeline import load_models
+
+    path = tmp_path / "cs100.phm"
+    path.write_text(cucker_smale_text(100), encoding="utf-8")
+    t0 = time.process_time()
+    (model,) = load_models(path)
+    system = lower(model)
+    elapsed = time.process_time() - t0
+    assert len(system.differential) == 200
+    assert elapsed < 5.0, f"check of Cucker–Smale N = 100: {elapsed:.2f} s of CPU"
+
+
 @pytest.mark.slow
 def test_cucker_smale_100_check_and_simulate_times(tmp_path):
-    """The acceptance bounds of issue 18 (check < 5 s is not met yet: see .notes/issue-18.md)."""
+    """The acceptance bounds of issue 18 (simulate < 30 s is not met yet: see .notes/issue-18.md)."""
     from pdsl.cli.main import main
 
     path = tmp_path / "cs100.phm"
@@ -86,4 +103,4 @@ def test_cucker_smale_100_check_and_simulate_times(tmp_path):
     t0 = time.perf_counter()
     assert main(["simulate", str(path), "--no-cache", "--t-end", "10", "--dt", "0.1", "-o", str(tmp_path / "o.csv")]) == 0
     t_sim = time.perf_counter() - t0
-    assert t_check < 30 and t_sim < 60, (t_check, t_sim)
+    assert t_check < 10 and t_sim < 60, (t_check, t_sim)
