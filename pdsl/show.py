@@ -56,6 +56,7 @@ _SIMPLIFY_SECONDS_EACH = 2.0  # wall-clock bound of one sp.simplify call (displa
 _SIMPLIFY_SECONDS_TOTAL = 10.0  # ... and of all of them in one render; then only the light tidy
 _HEAVY_OPS = 60  # above this size, radicals of sums (‖r‖⁵ of dipole fields) make simplify crawl
 _NON_SMOOTH = (sp.Abs, sp.sign, sp.Piecewise, sp.Min, sp.Max, sp.Heaviside)
+_HUGE_BITS = 100  # integers and rational parts beyond ~1e30 are not simplified (display only)
 
 
 class _Timeout(BaseException):
@@ -143,9 +144,16 @@ class _deadline:
 
 
 def _slow_kind(e: sp.Expr) -> bool:
-    """Non-smooth functions, or a big expression with radicals of sums: where simplify may crawl."""
+    """Non-smooth functions, huge numbers (big-integer gcds inside simplify are single C calls that no
+    deadline interrupts: a 1e200 hinge axis hung a full-suite run), or a big expression with radicals of
+    sums: where simplify may crawl."""
     if e.has(*_NON_SMOOTH):
         return True
+    for n in e.atoms(sp.Number):
+        if n.is_Rational and max(abs(n.p).bit_length(), n.q.bit_length()) > _HUGE_BITS:
+            return True
+        if n.is_Float and n != 0 and (not 1e-30 < abs(float(n)) < 1e30 or float(f"{float(n):.10g}") != float(n)):
+            return True  # and full-precision floats (an SVD's basis): simplify turns them into huge rationals
     return sp.count_ops(e) > _HEAVY_OPS and any(
         p.base.is_Add and not p.exp.is_Integer for p in e.atoms(sp.Pow))
 
