@@ -45,6 +45,11 @@ __all__ = ["ModelCache", "Deferred", "default_cache", "set_default_cache", "usin
 FORMAT = 2  # bump when the layout of an entry (or of the objects it pickles) changes
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024
 SUFFIX = ".pdslc"
+LIBRARY = (".so",)  # compiled right-hand sides (pdsl.sim.compiled: rhs-<sha256>.so), bounded with the entries
+
+
+def _entry(name: str) -> bool:
+    return name.endswith(SUFFIX) or (name.startswith("rhs-") and name.endswith(LIBRARY))
 
 # ------------------------------------------------------------------ source recording (the parser reports here)
 _RECORDING: ContextVar[dict[str, str] | None] = ContextVar("pdsl_cache_sources", default=None)
@@ -276,11 +281,11 @@ class ModelCache:
         return True
 
     def prune(self) -> None:
-        """Remove the least recently used entries until the directory fits ``max_bytes``."""
+        """Remove the least recently used entries (and compiled libraries) until the directory fits ``max_bytes``."""
         entries = []
         try:
             for f in self.root.iterdir():
-                if f.name.endswith(SUFFIX):
+                if _entry(f.name):
                     try:
                         st = f.stat()
                     except OSError:
@@ -298,7 +303,7 @@ class ModelCache:
     def clear(self) -> None:
         if self.root.is_dir():
             for f in self.root.iterdir():
-                if f.name.endswith(SUFFIX):
+                if _entry(f.name):
                     self._remove(f)
 
     @staticmethod

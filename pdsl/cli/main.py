@@ -96,6 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--integrator", default=None, choices=INTEGRATORS,
                    help="cvodes (Adams, default for ODEs), cvodes-bdf (stiff), idas (DAEs), or fixed-step rk4, euler, midpoint, gauss2")
     p.add_argument("--substeps", type=integer, default=1, help="fixed-step schemes: steps per output interval")
+    p.add_argument("--compile", default="auto", choices=("auto", "yes", "no"),
+                   help="cvodes/idas: evaluate the right-hand side as compiled C (built once with the C compiler, "
+                        "cached) or in CasADi's VM; auto: the built library when there is one, else C when the "
+                        "predicted saving exceeds the build time (docs/simulate.md)")
     p.add_argument("--stabilize", default="none", choices=STABILIZERS,
                    help="constraint drift control: none | project (after every output step) | baumgarte "
                         "(Φ̈ + 2αΦ̇ + β²Φ = 0 in the constraint rows; Cartesian models)")
@@ -371,7 +375,8 @@ def cmd_simulate(args) -> int:
         raise PdslError.at("BadOption", "--sample, --sample-file and --random-scale need --random-init N")
     res = simulate(num, grid, x0=init, params=params, inputs=inputs, rtol=args.rtol, atol=args.atol,
                    integrator=args.integrator, substeps=args.substeps, project=not args.no_project,
-                   stabilize=args.stabilize, baumgarte_alpha=args.baumgarte_alpha, baumgarte_beta=args.baumgarte_beta)
+                   stabilize=args.stabilize, baumgarte_alpha=args.baumgarte_alpha, baumgarte_beta=args.baumgarte_beta,
+                   compile=args.compile)
     names, data = res.columns()
     if args.columns:
         from ..data.formats import parse_columns, select_columns
@@ -381,6 +386,8 @@ def cmd_simulate(args) -> int:
     _write(lambda: write_table(args.output, names, data), args.output)
     how = f"rtol {args.rtol:g}" if "rtol" in res.info else f"h = {args.dt / args.substeps:g}"
     print(f"{m.name}: {len(grid)} samples, t = 0 … {grid[-1]:g}, {res.info['integrator']} {how} -> {args.output}")
+    if res.info.get("rhs"):  # pdsl.sim.compiled: VM or compiled C, and why
+        print(f"  right-hand side: {res.info['rhs']}")
     if res.info.get("switch_times"):  # conditions on t alone (pdsl.backend.events)
         print(f"  stopped and restarted at the switches of conditions on t: t = {', '.join(f'{s:.12g}' for s in res.info['switch_times'])}")
     if res.info.get("state_conditions"):
@@ -507,7 +514,8 @@ def _simulate_random(args, m, num, grid, init, params, inputs) -> int:
         x0s = random_initial_states(num, base, p, args.random_init, args.seed, scale)
     runs = simulate_batch(num, grid, x0s, params=params, inputs=inputs, rtol=args.rtol, atol=args.atol,
                           integrator=args.integrator, substeps=args.substeps, stabilize=args.stabilize,
-                          threads=args.threads, baumgarte_alpha=args.baumgarte_alpha, baumgarte_beta=args.baumgarte_beta)
+                          threads=args.threads, baumgarte_alpha=args.baumgarte_alpha, baumgarte_beta=args.baumgarte_beta,
+                          compile=args.compile)
     names, _ = runs[0].columns()
     data = np.vstack([np.column_stack([np.full(len(grid), k), r.columns()[1]]) for k, r in enumerate(runs)])
     names = ["traj", *names]
@@ -519,6 +527,8 @@ def _simulate_random(args, m, num, grid, init, params, inputs) -> int:
     _write(lambda: write_table(args.output, names, data), args.output)
     origin = f"initial states from {args.init_data}" if args.init_data is not None else f"seed {args.seed}"
     print(f"{m.name}: {len(runs)} trajectories × {len(grid)} samples ({origin}) -> {args.output}")
+    if runs[0].info.get("rhs"):  # pdsl.sim.compiled: VM or compiled C, and why
+        print(f"  right-hand side: {runs[0].info['rhs']}")
     if args.init_data is not None:
         moved = float(np.max(np.abs(x0s - raw)))
         if num.invariants.size1_out(0):
