@@ -143,6 +143,8 @@ def to_casadi(system: SymbolicSystem, *, seed: int = 0, kind: str | None = None)
         # outputs may read the multipliers (an interface's force, `simulate --power`): they are w's tail
         conv.symbols.update({m: w[nx + k] for k, m in enumerate(system.multipliers)})
     g = ca.vertcat(*[cm(e.lhs - e.rhs) for e in system.algebraic]) if system.algebraic else T(0, 1)
+    if kind == "SX":  # one node per distinct subexpression (a pair force and its mirror image: once)
+        xdot, g = ca.cse(xdot), ca.cse(g)
     dae_modes = switches = None
     if modes:
         dae_modes = ca.Function("dae_modes", [t, t_mode, x, z, p, u], [xdot, g], ["t", "t_mode", "x", "z", "p", "u"], ["xdot", "g"])

@@ -29,11 +29,33 @@ def _nary(op: Callable) -> Callable:
     return f
 
 
+def _oriented(a):
+    """``(a′, s)`` with a = s·a′: a difference of two named SX symbols in one fixed order (by name), so that
+    |x_i − x_j| and |x_j − x_i| (a pair force and its mirror image) are one expression once
+    :func:`casadi.cse` merges them. Exact: IEEE subtraction is antisymmetric."""
+    if isinstance(a, ca.SX) and a.is_scalar() and a.is_op(ca.OP_SUB):
+        p, q = a.dep(0), a.dep(1)
+        if p.is_symbolic() and q.is_symbolic() and p.name() > q.name():
+            return q - p, -1.0
+    return a, 1.0
+
+
+def _fabs(a):
+    return ca.fabs(_oriented(a)[0])
+
+
+def _sign(a):
+    a, s = _oriented(a)
+    return s * ca.sign(a) if s < 0 else ca.sign(a)
+
+
 def _pow(base, exp_node: sp.Expr, exp):
     if exp_node.is_Integer:
         k = int(exp_node)
         if k == 1:
             return base
+        if k % 2 == 0:
+            base = _oriented(base)[0]  # (−d)^(2m) = d^(2m)
         if k == -1:
             return 1 / base
         return base**k if k > 0 else 1 / base ** (-k)
@@ -58,8 +80,8 @@ _FUNCS: Mapping[type, Callable] = {
     sp.tanh: ca.tanh,
     sp.sinh: ca.sinh,
     sp.cosh: ca.cosh,
-    sp.Abs: ca.fabs,
-    sp.sign: ca.sign,
+    sp.Abs: _fabs,
+    sp.sign: _sign,
     sp.atan2: ca.atan2,
     sp.Min: _nary(ca.fmin),
     sp.Max: _nary(ca.fmax),
