@@ -13,7 +13,7 @@ import casadi as ca
 import sympy as sp
 
 from .. import symbols as S
-from ..diagnostics import InternalError, PdslError
+from ..diagnostics import InternalError
 from ..resolve.model import network_derivative
 
 __all__ = ["Converter"]

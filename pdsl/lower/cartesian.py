@@ -59,7 +59,7 @@ from .. import symbols as S
 from ..diagnostics import Collector, PdslError, Span
 from ..resolve.model import Body, Connector, Model, Param, PointRef
 from .common import FORMULATIONS, check_finite, check_no_unsupported, make_state, partial_derivatives, resolve_input_laws
-from .ir import BodySummary, Segment, Constraint, Equation, State, SymbolicSystem
+from .ir import BodySummary, Segment, Constraint, Equation, SymbolicSystem
 from .registry import Formalism, LowerOptions, register
 
 __all__ = ["lower_cartesian", "node_mass_matrix", "node_mass_inverse", "CartesianSystem", "STABILIZATIONS",

@@ -163,7 +163,6 @@ def _check_symbols(expr, allowed, span, what) -> None:
 
 def _check_regular(model: Model, p, v, span) -> None:
     """The mass matrix ∂²L/∂q̇² must not be identically singular (checked at a random point)."""
-    import random
 
     M = sp.Matrix([[sp.diff(pi, vj) for vj in v] for pi in p])
     if any(M[i, i] == 0 and all(M[i, j] == 0 for j in range(len(v))) for i in range(len(v))):

@@ -12,7 +12,7 @@ from ..diagnostics import Collector, PdslError
 from ..resolve.model import Model
 from .common import check_no_unsupported, make_state, resolve_input_laws, scan
 from .ir import Algebraic, Equation, SymbolicSystem
-from .registry import Formalism, LowerOptions, register
+from .registry import Formalism, register
 
 
 def lower_plain(model: Model) -> SymbolicSystem:

@@ -7,7 +7,6 @@ file (linear interpolation in time).
 
 from __future__ import annotations
 
-import csv
 import math
 import time
 from dataclasses import dataclass, field, replace
