@@ -79,8 +79,8 @@ def _own_free_symbols(cls: type) -> bool:
     return own
 
 
-def scan(expr) -> tuple[set, bool]:
-    """(free symbols, finite) of an expression, each object visited once.
+def scan(*exprs) -> tuple[set, bool]:
+    """(free symbols, finite) of one or more expressions, each object visited once.
 
     Equal to ``(expr.free_symbols, not expr.has(zoo, nan, oo, -oo))``, but sympy's ``free_symbols`` walks every
     occurrence of a shared subtree and builds a set per node, and ``has`` compares every node with the patterns:
@@ -91,7 +91,7 @@ def scan(expr) -> tuple[set, bool]:
     free: set = set()
     finite = True
     seen: set[int] = set()
-    seen_add, stack = seen.add, [expr]
+    seen_add, stack = seen.add, list(exprs)
     pop, push = stack.pop, stack.extend
     own_free = _OWN_FREE_SYMBOLS
     Symbol = sp.Symbol

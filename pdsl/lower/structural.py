@@ -21,6 +21,7 @@ import sympy as sp
 
 from .. import symbols as S
 from ..diagnostics import PdslError
+from .common import scan
 from .ir import Constraint, Equation, SymbolicSystem
 
 __all__ = [
@@ -285,24 +286,9 @@ class PowerBalance:
 
 
 def symbols_in(exprs, wanted: set) -> set:
-    """The symbols of ``wanted`` that occur in ``exprs``, each shared subexpression visited once (sympy's
-    ``free_symbols`` revisits every occurrence: exponential in the depth of shared subtrees of multibody rows)."""
-    found: set = set()
-    seen: set[int] = set()  # by identity: hashing every node (structurally) cost more than the walk
-    seen_add, stack = seen.add, list(exprs)
-    pop, push = stack.pop, stack.extend
-    while stack:
-        e = pop()
-        k = id(e)
-        if k in seen:
-            continue
-        seen_add(k)
-        if e.is_Symbol:
-            if e in wanted:
-                found.add(e)
-        elif not e.is_Atom:
-            push(e.args)
-    return found
+    """The symbols of ``wanted`` that occur free in ``exprs`` (one walk, shared subexpressions once: see
+    :func:`pdsl.lower.common.scan`)."""
+    return scan(*exprs)[0] & wanted
 
 
 MAX_INDEX = 3  # a constraint between states is differentiated at most this many times (index ≤ 3 + 1)
