@@ -7,7 +7,7 @@ canonical form (their ``show`` output is pinned by tests/models/show_golden).
 
 from __future__ import annotations
 
-import re
+import importlib.util
 import time
 from pathlib import Path
 
@@ -19,34 +19,17 @@ from pdsl.pipeline import compile_model
 from pdsl.resolve.expressions import FAST_ARRAY_SIZE
 
 ROOT = Path(__file__).resolve().parents[2]
-PARAMS = {"gamma": 0.15, "C_A": 200.0, "l_A": 100.0, "C_R": 500.0, "l_R": 2.0}
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
-def eq_26(x, v, gamma, C_A, l_A, C_R, l_R):
-    """[P3] Eq. 26 in numpy (as tests/models/test_cucker_smale.py)."""
-    n = len(x)
-    dx = x[:, None] - x[None, :]
-    r = np.abs(dx)
-    G = (1 + r**2) ** (-gamma)
-    dU = C_A / l_A * np.exp(-r / l_A) - C_R / l_R * np.exp(-r / l_R)
-    off = ~np.eye(n, dtype=bool)
-    align = (G * (v[None, :] - v[:, None])).sum(axis=1)
-    potential = np.where(off, dU * np.sign(dx), 0.0).sum(axis=1)
-    return (align - potential) / n
-
-
-def cucker_smale_text(n: int) -> str:
-    """models/cucker_smale.phm with N agents (start values drawn as the file's header says)."""
-    src = (ROOT / "models" / "cucker_smale.phm").read_text(encoding="utf-8")
-    rng = np.random.default_rng(2024)
-    x, v = np.round(rng.uniform(-10, 10, n), 4), np.round(rng.uniform(-10, 10, n), 4)
-
-    def fmt(a):
-        return "[" + ", ".join(f"{t:.4f}" for t in a) + "]"
-
-    src = src.replace("const N = 30", f"const N = {n}")
-    src = re.sub(r"var x\[1\.\.N\] = \[[^\]]*\]", "var x[1..N] = " + fmt(x), src)
-    return re.sub(r"var v\[1\.\.N\] = \[[^\]]*\]", "var v[1..N] = " + fmt(v), src)
+# one reference ([P3] Eq. 26, tests/models/test_cucker_smale.py) and one model generator (the benchmark's)
+_reference = _load("_cs_reference", ROOT / "tests" / "models" / "test_cucker_smale.py")
+eq_26, PARAMS = _reference.eq_26, _reference.PARAMS
+cucker_smale_text = _load("_bench_startup_scale", ROOT / "benchmarks" / "bench_startup_scale.py").cucker_smale_text
 
 
 def test_large_sums_are_structural_and_equal_in_value(tmp_path):
