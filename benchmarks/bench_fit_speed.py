@@ -58,27 +58,12 @@ from pdsl.fit.run import prepare  # noqa: E402
 from pdsl.fit.train import TrainOptions, adamw  # noqa: E402
 from pendulum_data import (cartesian_columns, one_chunk_per_trajectory, read_trajectories, simulate,  # noqa: E402
                            write_trajectories)
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchutil, also when loaded by path
+from benchutil import loadavg, log, table  # noqa: E402
 
 MODEL = HERE / "models" / "chnn3.phm"
 N, DT, STEPS, BATCH = 3, 0.03, 4, 200
 LENGTHS = [1.1167, 0.9389, 1.0359]
-
-
-def log(msg: str = "") -> None:
-    print(msg, flush=True)
-
-
-def loadavg() -> str:
-    try:
-        return " / ".join(f"{v:.2f}" for v in os.getloadavg())
-    except OSError:
-        return "n/a"
-
-
-def table(head, rows) -> str:
-    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-    return "\n".join(out)
 
 
 def fmt(samples, unit="s") -> str:

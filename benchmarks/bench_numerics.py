@@ -55,6 +55,8 @@ import pdsl  # noqa: E402
 from pdsl.compile.targets import compile_to  # noqa: E402
 from pdsl.numerics import make_loss_grad, make_trajectory  # noqa: E402
 from pdsl.sim.simulate import simulate  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchutil, also when loaded by path
+from benchutil import git, loadavg, log, table  # noqa: E402
 
 try:
     import torch
@@ -152,23 +154,6 @@ def ratio(slow: float, fast: float) -> str:
     return f"**{slow / fast:.2f}×**"
 
 
-def table(header: list[str], rows: list[list]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def log(msg: str = "") -> None:
-    print(msg, flush=True)
-
-
-def loadavg() -> str:
-    try:
-        return " / ".join(f"{v:.2f}" for v in os.getloadavg())
-    except OSError:
-        return "n/a"
-
-
 @dataclass
 class Section:
     title: str
@@ -185,11 +170,6 @@ class Section:
 
 
 def environment(quick: bool) -> str:
-    def git(*args):
-        try:
-            return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return ""
 
     commit = git("rev-parse", "--short", "HEAD") or "n/a"
     dirty = " (working tree has uncommitted changes)" if git("status", "--porcelain", "--untracked-files=no") else ""

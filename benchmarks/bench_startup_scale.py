@@ -37,29 +37,14 @@ import time
 from pathlib import Path
 
 import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchutil, also when loaded by path
+from benchutil import git, loadavg, log, table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 MODELS = ROOT / "models"
 DOUBLE_PENDULUM = MODELS / "double_pendulum.phm"
 RESULTS = ROOT / "benchmarks" / "results_startup_scale.md"
-
-
-def log(msg: str = "") -> None:
-    print(msg, flush=True)
-
-
-def loadavg() -> str:
-    try:
-        return " / ".join(f"{v:.2f}" for v in os.getloadavg())
-    except OSError:
-        return "n/a"
-
-
-def table(header, rows) -> str:
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-    return "\n".join(out)
 
 
 def fmt_s(samples: list[float]) -> str:
@@ -426,11 +411,6 @@ def environment(quick: bool) -> str:
 
     import pdsl
 
-    def git(*a):
-        try:
-            return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return ""
 
     dirty = " (working tree has uncommitted changes)" if git("status", "--porcelain", "--untracked-files=no") else ""
     rows = [

@@ -45,6 +45,8 @@ from pdsl.fit.config import FitConfig  # noqa: E402
 from pdsl.fit.data import make_chunks  # noqa: E402
 from pdsl.fit.run import prepare  # noqa: E402
 from pdsl.fit.train import TrainOptions, adamw  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchutil, also when loaded by path
+from benchutil import log  # noqa: E402
 
 HNN1 = """\
 model HNN1 "1-DOF HNN (BENCHMARKS B1: MLP 2-16-32-16-1, tanh)"
@@ -54,10 +56,6 @@ model HNN1 "1-DOF HNN (BENCHMARKS B1: MLP 2-16-32-16-1, tanh)"
   hamiltonian H(q, p)
 end
 """
-
-
-def log(msg: str = "") -> None:
-    print(msg, flush=True)
 
 
 def med(v) -> float:

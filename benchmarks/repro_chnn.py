@@ -76,6 +76,8 @@ from pdsl.pipeline import compile_model  # noqa: E402
 from pendulum_data import (PARAMS, angle_columns, angles_to_cartesian, cartesian_columns,  # noqa: E402
                            one_chunk_per_trajectory, pdsl as run_pdsl, read_trajectories, simulate, to_angles,
                            write_trajectories)
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchutil, also when loaded by path
+from benchutil import log, table  # noqa: E402
 
 MODELS = HERE / "models"
 KINDS = ("chnn", "hnn", "node")
@@ -89,16 +91,6 @@ A8_PERT = {2: 7.96e-5, 3: 3.53e-4}  # A8's "pert. GT": the ground truth from ini
 PERT_EPS = 1e-4
 G = 9.81
 EVAL = dict(backend="torch", integrator="rk4", substeps=4)
-
-
-def log(msg: str = "") -> None:
-    print(msg, flush=True)
-
-
-def table(head, rows) -> str:
-    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-    return "\n".join(out)
 
 
 def mlp_count(n_in: int, hidden: int, n_out: int, layers: int = 3) -> int:

@@ -64,6 +64,8 @@ from pdsl.fit import FitConfig  # noqa: E402
 from pdsl.fit.energy_grid import energy_on_grid, grid_errors  # noqa: E402
 from pdsl.fit.run import apply_fitted, run_fit  # noqa: E402
 from pdsl.pipeline import compile_model  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchutil, also when loaded by path
+from benchutil import log  # noqa: E402
 
 SCALES = {  # n_train, n_val, epochs
     "smoke": (256, 128, 3),
@@ -76,10 +78,6 @@ BOUND = {"double_well": 1e-3, "henon_heiles": 0.05}  # issue 15's acceptance (of
 GRID_POINTS = {"double_well": 101, "coupled_oscillator": 101, "henon_heiles": 15}
 LABEL = {"double_well": "double well", "coupled_oscillator": "coupled oscillator", "henon_heiles": "Hénon–Heiles"}
 INTEGRATORS = ("midpoint", "rk4")
-
-
-def log(msg: str = "") -> None:
-    print(msg, flush=True)
 
 
 def hnn_text(system: str) -> str:
