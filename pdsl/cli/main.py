@@ -91,10 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="parameter value")
     p.add_argument("--input", action="append", default=[], metavar="NAME=EXPR", help='exogenous input, e.g. "F=sin(t)"')
     p.add_argument("--input-data", metavar="CSV", help="CSV with a t column and one column per exogenous input")
-    p.add_argument("--rtol", type=finite_float, default=1e-8, help="relative tolerance (cvodes, idas)")
+    p.add_argument("--rtol", type=finite_float, default=1e-8, help="relative tolerance (cvodes, idas, dop853)")
     p.add_argument("--atol", type=finite_float, default=None, help="absolute tolerance (default rtol/100)")
     p.add_argument("--integrator", default=None, choices=INTEGRATORS,
-                   help="cvodes (Adams, default for ODEs), cvodes-bdf (stiff), idas (DAEs), or fixed-step rk4, euler, midpoint, gauss2")
+                   help="cvodes (Adams, default for ODEs), cvodes-bdf (stiff), idas (DAEs), dop853 (explicit 8th order, compiled C: small non-stiff ODEs), or fixed-step rk4, euler, midpoint, gauss2")
     p.add_argument("--substeps", type=integer, default=1, help="fixed-step schemes: steps per output interval")
     p.add_argument("--compile", default="auto", choices=("auto", "yes", "no"),
                    help="cvodes/idas: evaluate the right-hand side as compiled C (built once with the C compiler, "

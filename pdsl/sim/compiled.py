@@ -298,14 +298,20 @@ def library_path(cache, key: str) -> Path | None:
     return None if root is None else root / f"rhs-{key}.so"
 
 
-def _loaded(key: str, cache) -> ca.Importer | None:
-    if key in _LOADED:
-        return _LOADED[key]
+def _importer(path: str) -> ca.Importer:
+    return ca.Importer(path, "dll")
+
+
+def _loaded(key: str, cache, load=_importer, loaded: dict | None = None):
+    """The library ``key``: loaded in this process, else loaded (``load``) from the cache directory, else None."""
+    loaded = _LOADED if loaded is None else loaded
+    if key in loaded:
+        return loaded[key]
     path = library_path(cache, key)
     if path is not None and path.is_file():
         try:
-            imp = ca.Importer(str(path), "dll")
-        except RuntimeError:  # damaged: rebuild
+            imp = load(str(path))
+        except (RuntimeError, OSError):  # damaged: rebuild
             try:
                 path.unlink()
             except OSError:
@@ -319,8 +325,8 @@ def _loaded(key: str, cache) -> ca.Importer | None:
     return None
 
 
-def _build(src: str, key: str, cc: str, cache) -> ca.Importer:
-    """Compile ``src`` into a shared object (atomically into the cache directory) and load it."""
+def _build(src: str, key: str, cc: str, cache, flags: tuple[str, ...] = FLAGS, load=_importer):
+    """Compile ``src`` into a shared object (atomically into the cache directory) and load it (``load``)."""
     target = library_path(cache, key)
     work = tempfile.mkdtemp(prefix="pdsl-cc-")
     try:
@@ -333,7 +339,7 @@ def _build(src: str, key: str, cc: str, cache) -> ca.Importer:
             fd, out = tempfile.mkstemp(prefix=".tmp-rhs-", suffix=".so", dir=target.parent)
             os.close(fd)
         try:
-            proc = subprocess.run([cc, *FLAGS, "-o", out, c_file, "-lm"], capture_output=True, text=True)
+            proc = subprocess.run([cc, *flags, "-o", out, c_file, "-lm"], capture_output=True, text=True)
             if proc.returncode != 0:
                 raise RuntimeError(f"{Path(cc).name} exited with {proc.returncode}: {proc.stderr.strip()[-300:]}")
             if target is not None:
@@ -346,7 +352,7 @@ def _build(src: str, key: str, cc: str, cache) -> ca.Importer:
             if target is not None and os.path.exists(out):
                 os.unlink(out)
             raise
-        return ca.Importer(out, "dll")  # loaded now: the temporary directory may go
+        return load(out)  # loaded now: the temporary directory may go
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -33,6 +33,8 @@ INTEGRATORS = {
 }
 # fixed-step schemes of pdsl.numerics (unrolled CasADi graphs; symplectic: midpoint, gauss2)
 FIXED_STEP = ("euler", "rk4", "midpoint", "gauss2")
+# adaptive explicit schemes compiled to C around the generated rhs (pdsl.sim.native): small non-stiff ODEs
+NATIVE = ("dop853",)
 # Adams (``cvodes``) solves its corrector by functional (fixed-point) iteration from this many states on, by
 # Newton's method below: a non-stiff system needs no Jacobian, and for larger ones its evaluation and dense LU
 # cost more than the extra steps (measured, docs/simulate.md: double pendulum, 4 states, Newton 6.6 ms vs
@@ -310,6 +312,7 @@ class _Setup:
     state_conditions: int = 0  # conditions on the state: stepped through, not located
     rhs: object = None  # pdsl.sim.compiled.RhsPlan: VM or compiled C (CVODES/IDAS), decided by the first integrator
     iteration: str = ""  # CVODES Adams: "newton" or "functional" (FUNCTIONAL_FROM)
+    counts: dict = field(default_factory=dict)  # native integrators: evaluations and steps, summed over runs
 
 
 def _setup(num, params, inputs, integrator, rtol, atol, substeps, stabilize, compile="auto") -> _Setup:
@@ -337,8 +340,12 @@ def _setup(num, params, inputs, integrator, rtol, atol, substeps, stabilize, com
                                hint="parameters: " + (", ".join(n for n in num.p_names if ".w[" not in n) or "none"))
     if integrator is None:
         integrator = "idas" if num.nz else "cvodes"
-    if integrator not in INTEGRATORS and integrator not in FIXED_STEP:
-        raise PdslError.at("BadOption", f"--integrator {integrator}: unknown", hint="one of: " + ", ".join([*INTEGRATORS, *FIXED_STEP]))
+    if integrator not in INTEGRATORS and integrator not in FIXED_STEP and integrator not in NATIVE:
+        raise PdslError.at("BadOption", f"--integrator {integrator}: unknown",
+                           hint="one of: " + ", ".join([*INTEGRATORS, *NATIVE, *FIXED_STEP]))
+    if integrator in NATIVE and compile == "no":
+        raise PdslError.at("BadOption", f"--integrator {integrator} is compiled C: it cannot run with --compile no",
+                           hint="use --integrator cvodes for CasADi's VM")
     if num.nz and integrator != "idas":
         raise PdslError.at("BadOption", f"this model is a DAE ({num.nz} algebraic variables): use --integrator idas")
     if not (isinstance(substeps, int) and 1 <= substeps <= 100_000):
@@ -359,10 +366,16 @@ def _setup(num, params, inputs, integrator, rtol, atol, substeps, stabilize, com
     from ..cache import default_cache
 
     iteration = ("functional" if num.nx >= FUNCTIONAL_FROM else "newton") if integrator == "cvodes" else ""
+    if integrator in NATIVE:
+        if not rtol >= 100 * np.finfo(float).eps:  # scipy's floor for DOP853 (rounding dominates below it)
+            raise PdslError.at("BadOption", f"--rtol {rtol:g} is below 100 machine epsilons (2.2e-14) for {integrator}")
+        rhs = RhsPlan(mode="yes", cache=default_cache())
+    else:
+        rhs = RhsPlan(mode=compile, cache=default_cache()) if integrator in INTEGRATORS else None
     return _Setup(
         p=num.param_vector(dict(params or {})), integrator=integrator, rtol=rtol,
         atol=rtol * 1e-2 if atol is None else atol, substeps=substeps, stabilize=stabilize, inputs=inputs,
-        rhs=RhsPlan(mode=compile, cache=default_cache()) if integrator in INTEGRATORS else None, iteration=iteration,
+        rhs=rhs, iteration=iteration,
     )
 
 
@@ -456,6 +469,8 @@ def _describe(st: _Setup) -> dict:
     if st.integrator in FIXED_STEP:
         return {"integrator": st.integrator, "substeps": st.substeps, "stabilize": st.stabilize, **events}
     solver = {"iteration": st.iteration} if st.iteration else {}
+    if st.counts:
+        solver["counts"] = dict(st.counts)
     rhs = {"rhs": st.rhs.describe()} if st.rhs is not None and st.rhs.compiled is not None else {}
     return {"integrator": st.integrator, "rtol": st.rtol, "atol": st.atol, "stabilize": st.stabilize, **solver, **rhs,
             **events}
@@ -467,7 +482,8 @@ def _locate_switches(num, st: _Setup, grid) -> _Setup:
     st = replace(st, state_conditions=num.state_conditions) if num.state_conditions else st
     fns = [num.switches] if num.switches is not None else []
     fns += [sig.switches for sig in st.inputs.values() if getattr(sig, "switches", None) is not None]
-    if not fns or st.integrator not in INTEGRATORS or st.stabilize == "project" or len(grid) < 2:
+    if not fns or (st.integrator not in INTEGRATORS and st.integrator not in NATIVE) or st.stabilize == "project" \
+            or len(grid) < 2:
         return st
     from ..backend.events import switch_times
 
@@ -481,6 +497,8 @@ def _integrate(num, grid, X0, st: _Setup, threads: int = 1) -> list[tuple[np.nda
     """Trajectories (len(grid) × nx states, len(grid) × nz algebraics) for each row of X0."""
     if st.stabilize != "project" and st.integrator in INTEGRATORS and not st.switches:
         return _integrate_sundials(num, grid, X0, st, threads)
+    if st.stabilize != "project" and st.integrator in NATIVE and not st.switches:
+        return _integrate_native(num, grid, X0, st, threads)
     T = ca.SX if num.kind == "SX" else ca.MX
     t, x, z, P = T.sym("t"), T.sym("x", num.nx), T.sym("z", num.nz), T.sym("p", len(st.p))
     u = ca.vertcat(*[st.inputs[name].fn(t, x, P) for name in num.u_names]) if num.u_names else T(0, 1)
@@ -539,6 +557,39 @@ def _main_integrator(num, grid, X0, st: _Setup):
                          "generation": compiled.generation() if rhs is not None and rhs.mode == "auto" and not rhs.compiled
                          else None}
     return F
+
+
+def _native_for(st: _Setup, t, x, P, xdot, key_objs: tuple = ()):
+    """The compiled integrator (pdsl.sim.native) of ``xdot(t, x, P)``; the build is reported in st.rhs."""
+    from .native import native_integrator
+
+    nat = native_integrator(ca.Function("f", [t, x, P], [xdot]), st.rhs.cache, key_objs)
+    if st.rhs.compiled is None:
+        st.rhs.compiled, st.rhs.reason = True, nat.describe.removeprefix("compiled C (").removesuffix(")")
+    return nat
+
+
+def _native_runs(num, st: _Setup, nat, X0, p, tout, threads: int) -> list[np.ndarray]:
+    """States at ``tout`` for each row of X0; the counts are added to st.counts."""
+    try:
+        runs = nat.run_many(np.atleast_2d(X0), p, np.asarray(tout, dtype=float), st.rtol, st.atol, threads)
+    except RuntimeError as exc:
+        raise _failure(num, st, exc) from None
+    for _, counts in runs:
+        for k, v in counts.items():
+            st.counts[k] = st.counts.get(k, 0) + v
+    return [X for X, _ in runs]
+
+
+def _integrate_native(num, grid, X0, st: _Setup, threads: int):
+    sigs = tuple(st.inputs[name].fn for name in num.u_names)
+    T = ca.SX if num.kind == "SX" else ca.MX
+    t, x, z, P = T.sym("t"), T.sym("x", num.nx), T.sym("z", 0), T.sym("p", len(st.p))
+    u = ca.vertcat(*[fn(t, x, P) for fn in sigs]) if sigs else T(0, 1)
+    xdot, _ = num.dae(t, x, z, P, u)
+    nat = _native_for(st, t, x, P, xdot, (num.dae, *sigs))
+    m = len(grid)
+    return [(X, np.zeros((m, 0))) for X in _native_runs(num, st, nat, X0, st.p, grid, threads)]
 
 
 def _integrate_sundials(num, grid, X0, st: _Setup, threads: int):
@@ -616,10 +667,18 @@ def _integrate_segments(num, grid, X0, st: _Setup, t, x, z, P, threads):
     Zs = np.zeros((n, m, num.nz))
     Xs[:, 0], Zs[:, 0] = X0, num.z_start
     xa, za = X0.T.copy(), np.tile(num.z_start[:, None], n)
+    nat = _native_for(st, t, x, ca.vertcat(P, tm), xdot) if st.integrator in NATIVE else None
     for a, b in zip(edges[:-1], edges[1:]):
         inside = [k for k in range(1, m) if a + tol < grid[k] < b - tol]
         at_end = [k for k in range(1, m) if abs(grid[k] - b) <= tol]
         tout = [float(grid[k]) for k in inside] + [b]
+        if nat is not None:
+            runs = _native_runs(num, st, nat, xa.T, np.append(st.p, 0.5 * (a + b)), [a, *tout], threads)
+            xf = np.stack([X[1:].T for X in runs], axis=1)  # nx × n × len(tout)
+            for j, k in enumerate(inside + at_end[:1]):
+                Xs[:, k] = xf[:, :, j if k in inside else -1].T
+            xa = xf[:, :, -1]
+            continue
         F = _sundials(num, st, t, x, z, ca.vertcat(P, tm), xdot, g, a, tout, (xa[:, 0], np.append(st.p, 0.5 * (a + b)), za[:, 0], (edges[-1] - edges[0]) / (b - a)))
         if n > 1:
             F = F.map(n, "thread", threads)
@@ -648,6 +707,12 @@ def _integrate_projected(num, grid, x0, st, t, x, z, P, xdot, g):
     xd, gg = local(tk + s, x, z, P)
     dt = float(grid[1] - grid[0])
     X, Z = [np.array(x0, dtype=float)], [num.z_start.copy()]
+    if st.integrator in NATIVE:
+        nat = _native_for(st, s, x, ca.vertcat(P, tk), xd)
+        for k in range(len(grid) - 1):
+            xk = _native_runs(num, st, nat, X[-1], np.append(st.p, grid[k]), [0.0, dt], 1)[0][-1]
+            X.append(proj.project(xk, st.p, float(grid[k + 1])).x)
+        return np.array(X), np.zeros((len(grid), 0))
     if st.integrator in FIXED_STEP:
         from ..numerics.fixed_step import make_step
 
