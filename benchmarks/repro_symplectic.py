@@ -103,8 +103,8 @@ def train(work: Path, system: str, integrator: str, table: Table, scale, args, d
     model = work / f"hnn_{system}.phm"
     model.write_text(hnn_text(system))
     cfg = dict(data=table, method="adamw", integrator=integrator, chunk=6, batch=512, loss="mse", lr=0.01,
-               weight_decay=0.0, window="random" if args.windows == "random" else "chunks", schedule="plateau",
-               patience=3, factor=0.5, epochs=epochs,
+               weight_decay=0.0, window="random" if args.windows == "random" else "chunks", schedule=args.schedule,
+               patience=args.patience, factor=0.5, epochs=epochs,
                val_fraction=n_val / (n_train + n_val), seed=args.seed)
     if (out / "params.json").is_file():
         return json.loads((out / "summary.json").read_text())
@@ -285,7 +285,9 @@ def write_report(path: Path, results: dict, s: dict) -> None:
         "",
         f"Protocol: MLP 2d-16-32-16-1 tanh for H (no dropout), τ = 6 steps, {windows}, "
         "batch 512, MSE on observations with noise σ = 0.01 (t0 exact), Adam (AdamW, weight decay 0) lr 0.01 + "
-        "ReduceLROnPlateau (patience 3, factor 0.5) on the validation loss, torch backend. midpoint = implicit midpoint "
+        + (f"ReduceLROnPlateau (patience {s.get('patience', 3)}, factor 0.5) on the validation loss"
+           if s.get("schedule", "plateau") == "plateau" else f"cosine annealing to 0 over the {epochs} epochs")
+        + ", torch backend. midpoint = implicit midpoint "
         "with the RK2 predictor + 6 fixed-point sweeps and the discrete adjoint (pdsl's defaults); rk4 = the same HNN "
         "trained through RK4 on the same data (same seed, same windows).",
         "",
@@ -368,7 +370,13 @@ def main(argv=None) -> int:
                     help="random: one random window per trajectory per epoch (B5, the paper); t0: the window at t0, "
                          "whose start is exact ([REPO-P2])")
     ap.add_argument("--epochs", type=int, default=None, help="override the scale's epochs")
+    ap.add_argument("--schedule", choices=("plateau", "cosine"), default="plateau",
+                    help="learning-rate schedule (B5: plateau; cosine anneals to 0 over --epochs)")
+    ap.add_argument("--patience", type=int, default=3, help="plateau: epochs without improvement before halving")
     ap.add_argument("--rollout-steps", type=int, default=100_000)
+    ap.add_argument("--integrators", nargs="+", choices=INTEGRATORS, default=list(INTEGRATORS),
+                    help="train only these (two processes can share --work, one integrator each, with "
+                         "--rollout-steps 0; a last --resume run then evaluates both and rolls out)")
     ap.add_argument("--epochs-per-call", type=int, default=5, help="epochs between budget checks")
     ap.add_argument("--budget", type=float, default=None, help="seconds; stop training (resumably) after this")
     ap.add_argument("--seed", type=int, default=0)
@@ -393,7 +401,8 @@ def main(argv=None) -> int:
         ap.error("--windows t0 keeps one 6-step window per trajectory: --samples 7")
     res_path = work / "results.json"
     results = json.loads(res_path.read_text()) if args.resume and res_path.is_file() else {}
-    meta = {"scale": args.scale, "samples": args.samples, "windows": args.windows, "epochs": scale[2]}
+    meta = {"scale": args.scale, "samples": args.samples, "windows": args.windows, "epochs": scale[2],
+            "schedule": args.schedule, "patience": args.patience}
     old = results.get("_meta", meta)
     if any(old.get(k, meta[k]) != meta[k] for k in meta):
         log(f"{work} holds a run with {results['_meta']}; use another --work")
@@ -403,7 +412,7 @@ def main(argv=None) -> int:
     for system in args.systems:
         res = results.setdefault(system, {})
         table = None
-        for integ in INTEGRATORS:
+        for integ in args.integrators:
             if "grid" in res.get(integ, {}):
                 continue
             if table is None:
@@ -436,7 +445,8 @@ def main(argv=None) -> int:
 def _report(args, results, t_start):
     write_report(Path(args.out), {k: v for k, v in results.items() if k != "_meta"},
                  {"scale": args.scale, "samples": args.samples, "seconds": time.perf_counter() - t_start,
-                  "resumed": args.resume, "windows": args.windows, "epochs": scale_epochs(args)})
+                  "resumed": args.resume, "windows": args.windows, "epochs": scale_epochs(args),
+                  "schedule": args.schedule, "patience": args.patience})
 
 
 if __name__ == "__main__":

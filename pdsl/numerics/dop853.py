@@ -72,12 +72,13 @@ def c_driver(fname: str, nx: int, np_: int) -> str:
     and returns 0, or 1 (more than max_steps steps), 2 (step size below 10 ulp of t), 3 (the right-hand side
     failed or is not finite), 4 (out of memory); ``stats`` = (evaluations, accepted steps, rejected steps) and
     ``*t_fail`` the time reached. Work memory is allocated per call, and the CasADi function is checked out per
-    call (its ``checkout``/``release``): calls from several threads at once are safe."""
+    call (its ``checkout``/``release``, under a mutex): calls from several threads at once are safe."""
     a_full = tuple(tuple(A[i]) + (0.0,) * (N_STAGES_EXTENDED - len(A[i])) for i in range(N_STAGES_EXTENDED))
     f = fname
     return f"""
 /* ---- DOP853 driver (pdsl.numerics.dop853) ---- */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #define PD_NX {nx}
@@ -85,6 +86,9 @@ def c_driver(fname: str, nx: int, np_: int) -> str:
 #define PD_NS {N_STAGES}
 #define PD_NE {N_STAGES_EXTENDED}
 {_c_array("PD_C", C)}{_c_array("PD_A", a_full)}{_c_array("PD_B", B)}{_c_array("PD_E3", E3)}{_c_array("PD_E5", E5)}{_c_array("PD_D", D)}
+/* CasADi's checkout/release keep a stack of memory slots for functions that need memory: not thread-safe */
+static pthread_mutex_t pd_lock = PTHREAD_MUTEX_INITIALIZER;
+
 typedef struct {{ const casadi_real** arg; casadi_real** res; casadi_int* iw; casadi_real* w; int mem;
                  const double* p; long nfev; double t; }} pd_ctx;
 
@@ -121,8 +125,12 @@ CASADI_SYMBOL_EXPORT int pdsl_dop853(const double* x0, const double* p, double t
   K = (double*) malloc(sizeof(double) * PD_NX * (PD_NE + 4 + 7));
   if (!c.arg || !c.res || !c.iw || !c.w || !K) {{ rc = 4; goto done; }}
   y = K + PD_NE * PD_NX; yn = y + PD_NX; tmp = yn + PD_NX; sc = tmp + PD_NX; F = sc + PD_NX;
+  pthread_mutex_lock(&pd_lock);
   {f}_incref();
   c.mem = {f}_checkout();
+  if (c.mem < 0) {f}_decref();
+  pthread_mutex_unlock(&pd_lock);
+  if (c.mem < 0) {{ rc = 4; goto done; }}
   c.p = p;
   memcpy(y, x0, sizeof(double) * PD_NX);
   while (io < nout && tout[io] <= t0) {{ memcpy(X + io * PD_NX, x0, sizeof(double) * PD_NX); ++io; }}
@@ -229,8 +237,10 @@ CASADI_SYMBOL_EXPORT int pdsl_dop853(const double* x0, const double* p, double t
     if (io < nout && nacc >= max_steps) {{ rc = 1; goto release; }}
   }}
 release:
+  pthread_mutex_lock(&pd_lock);
   {f}_release(c.mem);
   {f}_decref();
+  pthread_mutex_unlock(&pd_lock);
 done:
   if (stats) {{ stats[0] = c.nfev; stats[1] = nacc; stats[2] = nrej; }}
   if (t_fail) *t_fail = t;
