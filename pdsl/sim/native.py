@@ -92,8 +92,8 @@ def native_integrator(f: ca.Function, cache, key_objs: tuple = ()) -> NativeInte
     if cc is None:
         raise PdslError.at("BadOption", "--integrator dop853 is compiled C, and no C compiler was found ($CC, cc, gcc, clang)",
                            hint="install one (e.g. gcc), or use --integrator cvodes")
-    f = ca.Function(ENTRY, [f.mx_in(i) if f.is_a("MXFunction") else f.sx_in(i) for i in range(3)],
-                    f.call([f.mx_in(i) if f.is_a("MXFunction") else f.sx_in(i) for i in range(3)]))
+    ins = f.mx_in() if f.is_a("MXFunction") else f.sx_in()
+    f = ca.Function(ENTRY, ins, f.call(ins))  # the entry point's name; the same graph
     nx, np_ = f.size1_in(1), f.size1_in(2)
     driver = c_driver(ENTRY, nx, np_)
     h = hashlib.sha256()
