@@ -102,6 +102,20 @@ static int pd_rhs(pd_ctx* c, double t, const double* x, double* out) {{
   return 0;
 }}
 
+/* stages first … last − 1 of a step of size h from (t, y): K[s] = f(t + c_s h, y + h Σ_j a_sj K[j]) */
+static int pd_stages(pd_ctx* c, double t, double h, const double* y, double* K, double* tmp, int first, int last) {{
+  int s, i, j, rc;
+  for (s = first; s < last; ++s) {{
+    for (i = 0; i < PD_NX; ++i) {{
+      double acc = 0.0;
+      for (j = 0; j < s; ++j) acc += K[j * PD_NX + i] * PD_A[s][j];
+      tmp[i] = y[i] + acc * h;
+    }}
+    if ((rc = pd_rhs(c, t + PD_C[s] * h, tmp, K + s * PD_NX))) return rc;
+  }}
+  return 0;
+}}
+
 static double pd_rms(const double* v, const double* scale) {{
   double s = 0.0; int i;
   for (i = 0; i < PD_NX; ++i) {{ double r = v[i] / scale[i]; s += r * r; }}
@@ -163,14 +177,7 @@ CASADI_SYMBOL_EXPORT int pdsl_dop853(const double* x0, const double* p, double t
       h = h_abs; t_new = t + h;
       if (t_new > t_bound) t_new = t_bound;
       h = t_new - t; h_abs = fabs(h);
-      for (s = 1; s < PD_NS; ++s) {{
-        for (i = 0; i < PD_NX; ++i) {{
-          double acc = 0.0;
-          for (j = 0; j < s; ++j) acc += K[j * PD_NX + i] * PD_A[s][j];
-          tmp[i] = y[i] + acc * h;
-        }}
-        if ((rc = pd_rhs(&c, t + PD_C[s] * h, tmp, K + s * PD_NX))) goto release;
-      }}
+      if ((rc = pd_stages(&c, t, h, y, K, tmp, 1, PD_NS))) goto release;
       for (i = 0; i < PD_NX; ++i) {{
         double acc = 0.0;
         for (j = 0; j < PD_NS; ++j) acc += K[j * PD_NX + i] * PD_B[j];
@@ -199,14 +206,7 @@ CASADI_SYMBOL_EXPORT int pdsl_dop853(const double* x0, const double* p, double t
     }}
     ++nacc;
     if (tout[io] <= t_new) {{ /* dense output: three more stages and the interpolant's 7 coefficient rows */
-      for (s = PD_NS + 1; s < PD_NE; ++s) {{
-        for (i = 0; i < PD_NX; ++i) {{
-          double acc = 0.0;
-          for (j = 0; j < s; ++j) acc += K[j * PD_NX + i] * PD_A[s][j];
-          tmp[i] = y[i] + acc * h;
-        }}
-        if ((rc = pd_rhs(&c, t + PD_C[s] * h, tmp, K + s * PD_NX))) goto release;
-      }}
+      if ((rc = pd_stages(&c, t, h, y, K, tmp, PD_NS + 1, PD_NE))) goto release;
       for (i = 0; i < PD_NX; ++i) {{
         double dy = yn[i] - y[i];
         F[i] = dy;
