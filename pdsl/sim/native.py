@@ -51,7 +51,7 @@ class NativeIntegrator:
 
     fn: object  # the ctypes function pdsl_dop853
     nx: int
-    describe: str  # "compiled C (gcc -O2, built in 0.21 s, cached)"
+    how: str  # "gcc -O2, built in 0.21 s, cached", "library from the cache", ...
 
     def run(self, x0: np.ndarray, p: np.ndarray, tout: np.ndarray, rtol: float, atol: float) -> tuple[np.ndarray, dict]:
         """States at ``tout`` (len(tout) × nx) from ``x0`` at tout[0], and the counts; PdslError-free: raises
@@ -121,9 +121,9 @@ def native_integrator(f: ca.Function, cache, key_objs: tuple = ()) -> NativeInte
     fn.restype = ctypes.c_int
     fn.argtypes = [dp, dp, ctypes.c_double, dp, ctypes.c_long, ctypes.c_double, ctypes.c_double, ctypes.c_long, dp,
                    ctypes.POINTER(ctypes.c_long), ctypes.POINTER(ctypes.c_double)]
-    out = NativeIntegrator(fn=fn, nx=nx, describe=f"compiled C ({how})")
+    out = NativeIntegrator(fn=fn, nx=nx, how=how)
     if key_objs:
         if len(_MADE) >= 16:
             _MADE.pop(next(iter(_MADE)))
-        _MADE[tuple(id(o) for o in key_objs)] = (key_objs, NativeIntegrator(fn, nx, "compiled C (library built earlier in this process)"))
+        _MADE[tuple(id(o) for o in key_objs)] = (key_objs, NativeIntegrator(fn, nx, "library built earlier in this process"))
     return out

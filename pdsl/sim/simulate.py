@@ -493,16 +493,21 @@ def _locate_switches(num, st: _Setup, grid) -> _Setup:
     return replace(st, switches=tuple(merged))
 
 
+def _dae_exprs(num, st: _Setup, sigs: tuple):
+    """Symbols (t, x, z, P) and the model's (xdot, g) with the input signals ``sigs`` bound in."""
+    T = ca.SX if num.kind == "SX" else ca.MX
+    t, x, z, P = T.sym("t"), T.sym("x", num.nx), T.sym("z", num.nz), T.sym("p", len(st.p))
+    u = ca.vertcat(*[fn(t, x, P) for fn in sigs]) if sigs else T(0, 1)
+    return (t, x, z, P, *num.dae(t, x, z, P, u))
+
+
 def _integrate(num, grid, X0, st: _Setup, threads: int = 1) -> list[tuple[np.ndarray, np.ndarray]]:
     """Trajectories (len(grid) × nx states, len(grid) × nz algebraics) for each row of X0."""
     if st.stabilize != "project" and st.integrator in INTEGRATORS and not st.switches:
         return _integrate_sundials(num, grid, X0, st, threads)
     if st.stabilize != "project" and st.integrator in NATIVE and not st.switches:
         return _integrate_native(num, grid, X0, st, threads)
-    T = ca.SX if num.kind == "SX" else ca.MX
-    t, x, z, P = T.sym("t"), T.sym("x", num.nx), T.sym("z", num.nz), T.sym("p", len(st.p))
-    u = ca.vertcat(*[st.inputs[name].fn(t, x, P) for name in num.u_names]) if num.u_names else T(0, 1)
-    xdot, g = num.dae(t, x, z, P, u)
+    t, x, z, P, xdot, g = _dae_exprs(num, st, tuple(st.inputs[name].fn for name in num.u_names))
     n = X0.shape[0]
     if st.stabilize == "project":
         return [_integrate_projected(num, grid, x0, st, t, x, z, P, xdot, g) for x0 in X0]
@@ -544,10 +549,7 @@ def _main_integrator(num, grid, X0, st: _Setup):
         if st.rhs is not None:
             st.rhs.compiled, st.rhs.reason = hit["compiled"], hit["reason"]
         return hit["F"]
-    T = ca.SX if num.kind == "SX" else ca.MX
-    t, x, z, P = T.sym("t"), T.sym("x", num.nx), T.sym("z", num.nz), T.sym("p", len(st.p))
-    u = ca.vertcat(*[fn(t, x, P) for fn in sigs]) if sigs else T(0, 1)
-    xdot, g = num.dae(t, x, z, P, u)
+    t, x, z, P, xdot, g = _dae_exprs(num, st, sigs)
     F = _sundials(num, st, t, x, z, P, xdot, g, float(grid[0]), [float(v) for v in grid], (X0[0], st.p, num.z_start))
     rhs = st.rhs
     if len(_INTEGRATORS) >= _INTEGRATORS_MAX:
@@ -565,7 +567,7 @@ def _native_for(st: _Setup, t, x, P, xdot, key_objs: tuple = ()):
 
     nat = native_integrator(ca.Function("f", [t, x, P], [xdot]), st.rhs.cache, key_objs)
     if st.rhs.compiled is None:
-        st.rhs.compiled, st.rhs.reason = True, nat.describe.removeprefix("compiled C (").removesuffix(")")
+        st.rhs.compiled, st.rhs.reason = True, nat.how
     return nat
 
 
@@ -583,10 +585,7 @@ def _native_runs(num, st: _Setup, nat, X0, p, tout, threads: int) -> list[np.nda
 
 def _integrate_native(num, grid, X0, st: _Setup, threads: int):
     sigs = tuple(st.inputs[name].fn for name in num.u_names)
-    T = ca.SX if num.kind == "SX" else ca.MX
-    t, x, z, P = T.sym("t"), T.sym("x", num.nx), T.sym("z", 0), T.sym("p", len(st.p))
-    u = ca.vertcat(*[fn(t, x, P) for fn in sigs]) if sigs else T(0, 1)
-    xdot, _ = num.dae(t, x, z, P, u)
+    t, x, _, P, xdot, _ = _dae_exprs(num, st, sigs)
     nat = _native_for(st, t, x, P, xdot, (num.dae, *sigs))
     m = len(grid)
     return [(X, np.zeros((m, 0))) for X in _native_runs(num, st, nat, X0, st.p, grid, threads)]
@@ -672,23 +671,21 @@ def _integrate_segments(num, grid, X0, st: _Setup, t, x, z, P, threads):
         inside = [k for k in range(1, m) if a + tol < grid[k] < b - tol]
         at_end = [k for k in range(1, m) if abs(grid[k] - b) <= tol]
         tout = [float(grid[k]) for k in inside] + [b]
-        if nat is not None:
+        if nat is not None:  # an ODE (native integrators refuse DAEs)
             runs = _native_runs(num, st, nat, xa.T, np.append(st.p, 0.5 * (a + b)), [a, *tout], threads)
             xf = np.stack([X[1:].T for X in runs], axis=1)  # nx × n × len(tout)
-            for j, k in enumerate(inside + at_end[:1]):
-                Xs[:, k] = xf[:, :, j if k in inside else -1].T
-            xa = xf[:, :, -1]
-            continue
-        F = _sundials(num, st, t, x, z, ca.vertcat(P, tm), xdot, g, a, tout, (xa[:, 0], np.append(st.p, 0.5 * (a + b)), za[:, 0], (edges[-1] - edges[0]) / (b - a)))
-        if n > 1:
-            F = F.map(n, "thread", threads)
-        try:
-            res = F(x0=xa, p=np.append(st.p, 0.5 * (a + b)), z0=za)
-        except RuntimeError as exc:
-            raise _failure(num, st, exc) from None
-        xf = np.asarray(res["xf"]).reshape(num.nx, n, len(tout)) if n > 1 else np.asarray(res["xf"])[:, None, :]
-        zf = (np.asarray(res["zf"]).reshape(num.nz, n, len(tout)) if n > 1 else np.asarray(res["zf"])[:, None, :]) \
-            if num.nz else np.zeros((0, n, len(tout)))
+            zf = np.zeros((0, n, len(tout)))
+        else:
+            F = _sundials(num, st, t, x, z, ca.vertcat(P, tm), xdot, g, a, tout, (xa[:, 0], np.append(st.p, 0.5 * (a + b)), za[:, 0], (edges[-1] - edges[0]) / (b - a)))
+            if n > 1:
+                F = F.map(n, "thread", threads)
+            try:
+                res = F(x0=xa, p=np.append(st.p, 0.5 * (a + b)), z0=za)
+            except RuntimeError as exc:
+                raise _failure(num, st, exc) from None
+            xf = np.asarray(res["xf"]).reshape(num.nx, n, len(tout)) if n > 1 else np.asarray(res["xf"])[:, None, :]
+            zf = (np.asarray(res["zf"]).reshape(num.nz, n, len(tout)) if n > 1 else np.asarray(res["zf"])[:, None, :]) \
+                if num.nz else np.zeros((0, n, len(tout)))
         for j, k in enumerate(inside + at_end[:1]):
             Xs[:, k] = xf[:, :, j if k in inside else -1].T
             Zs[:, k] = zf[:, :, j if k in inside else -1].T
