@@ -276,6 +276,8 @@ def command_options(s: dict) -> str:
         opts.append("--windows t0")
     if s["samples"] != (101 if s["windows"] == "random" else 7):
         opts.append(f"--samples {s['samples']}")
+    if s["rollout_steps"] not in (0, 100_000):  # 0: a training-only call, whose report has no rollouts anyway
+        opts.append(f"--rollout-steps {s['rollout_steps']}")
     return " ".join(opts)
 
 
@@ -465,7 +467,8 @@ def _report(args, results, t_start):
     write_report(Path(args.out), {k: v for k, v in results.items() if k != "_meta"},
                  {"scale": args.scale, "samples": args.samples, "seconds": time.perf_counter() - t_start,
                   "resumed": args.resume, "windows": args.windows, "epochs": scale_epochs(args),
-                  "schedule": args.schedule, "patience": args.patience, "systems": args.systems})
+                  "schedule": args.schedule, "patience": args.patience, "systems": args.systems,
+                  "rollout_steps": args.rollout_steps})
 
 
 if __name__ == "__main__":
