@@ -13,6 +13,8 @@ import traceback
 from ..diagnostics import Diagnostic, PdslError, render
 from ..options import finite_float, integer
 
+DEFAULT_INTERVALS = 1000  # `simulate` without --dt: this many output intervals over [0, --t-end]
+
 EXIT_OK, EXIT_INTERNAL, EXIT_USER = 0, 1, 2
 
 
@@ -86,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("simulate", help="integrate a model and write a CSV (and a plot)")
     _common(p)
     p.add_argument("--t-end", type=finite_float, required=True, help="final time")
-    p.add_argument("--dt", type=finite_float, required=True, help="output sampling interval")
+    p.add_argument("--dt", type=finite_float, default=None,
+                   help=f"output sampling interval (default: --t-end/{DEFAULT_INTERVALS}, i.e. {DEFAULT_INTERVALS + 1} samples)")
     p.add_argument("--init", action="append", default=[], metavar="NAME=VALUE", help="initial value of a state")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="parameter value")
     p.add_argument("--input", action="append", default=[], metavar="NAME=EXPR", help='exogenous input, e.g. "F=sin(t)"')
@@ -329,6 +332,8 @@ def cmd_simulate(args) -> int:
         time_grid,
     )
 
+    if args.dt is None:
+        args.dt = args.t_end / DEFAULT_INTERVALS
     grid = time_grid(args.t_end, args.dt)
     for opt, v in (("--rtol", args.rtol), ("--atol", args.atol)):
         if v is not None and not (0 < v < 1):

@@ -71,3 +71,14 @@ def test_simulate_a_fitted_network(tmp_path, capsys):
     assert json.loads((fit / "params.json").read_text())["networks"] == "networks.npz"
     assert main([str(a) for a in ("simulate", model, "--t-end", 1, "--dt", 0.1, "--params", tmp_path / "none.json",
                                   "-o", out)]) == 2
+
+
+def test_dt_defaults_to_a_thousand_intervals(tmp_path):
+    """`pdsl simulate MODEL --t-end 10` (issue 18's command) runs: 1001 samples, the same as --dt 0.01."""
+    dp = ROOT / "models" / "double_pendulum.phm"
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    assert main([str(x) for x in ("simulate", dp, "--t-end", 10, "-o", a)]) == 0
+    assert main([str(x) for x in ("simulate", dp, "--t-end", 10, "--dt", 0.01, "-o", b)]) == 0
+    A, B = read_table(a), read_table(b)
+    assert A.data.shape[0] == 1001 and A.columns == B.columns
+    np.testing.assert_allclose(A.data, B.data, rtol=0, atol=1e-12)
