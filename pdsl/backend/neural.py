@@ -56,14 +56,32 @@ def n_weights(nn: Neural) -> int:
     return sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
 
 
+def orthogonal(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+    """A (rows x cols) matrix with orthonormal rows (rows <= cols) or columns, drawn as
+    ``torch.nn.init.orthogonal_`` draws it (gain 1): Q of the QR factorisation of a standard normal
+    matrix, its columns' signs fixed by diag(R) so the draw is uniform (Haar) over such matrices."""
+    A = rng.standard_normal((max(rows, cols), min(rows, cols)))
+    Q, R = np.linalg.qr(A)
+    Q = Q * np.sign(np.where(np.diag(R) == 0, 1.0, np.diag(R)))
+    return Q if rows >= cols else Q.T
+
+
 def init_weights(nn: Neural, seed: int) -> np.ndarray:
-    """torch.nn.Linear's default: W, b ~ U(−1/√fan_in, 1/√fan_in), layer by layer."""
+    """The network's initial weights in pdsl's layout (per layer W column-major, fan_out x fan_in, then b).
+    Biases ~ U(−1/√fan_in, 1/√fan_in) (torch.nn.Linear's default); W by ``nn.init``: "uniform" is torch's
+    default U(−1/√fan_in, 1/√fan_in), "orthogonal" is :func:`orthogonal` (the CHNN authors' choice)."""
     rng = np.random.default_rng(seed)
     out = []
     sizes = layer_sizes(nn)
     for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
         bound = 1.0 / np.sqrt(fan_in)
-        out.append(rng.uniform(-bound, bound, size=(fan_out, fan_in)).ravel(order="F"))
+        if nn.init == "orthogonal":
+            W = orthogonal(rng, fan_out, fan_in)
+        elif nn.init == "uniform":
+            W = rng.uniform(-bound, bound, size=(fan_out, fan_in))
+        else:
+            raise ValueError(f"unknown weight initialisation {nn.init!r}")
+        out.append(W.ravel(order="F"))
         out.append(rng.uniform(-bound, bound, size=fan_out))
     return np.concatenate(out)
 

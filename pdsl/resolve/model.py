@@ -65,10 +65,17 @@ class Neural:
     span: Span
     acts: tuple[str, ...] = ()  # per layer, the output layer last; empty: `act` on hidden layers, linear output
     dropout: float = 0.0  # training only (pdsl fit, torch backend): dropout rate after every hidden layer
+    init: str = "uniform"  # initial weights: one of WEIGHT_INITS (drawn by pdsl.backend.neural.init_weights)
 
     def layer_acts(self) -> tuple[str, ...]:
         """One activation name per layer (len(hidden) + 1), the output layer's last ("identity": linear)."""
         return self.acts or (*([self.act] * len(self.hidden)), "identity")
+
+
+# How a network's initial weights are drawn (`mlp(init = …)`); every layer's bias is U(−1/√fan_in, 1/√fan_in):
+#   uniform     torch.nn.Linear's default, W ~ U(−1/√fan_in, 1/√fan_in)
+#   orthogonal  torch.nn.init.orthogonal_ (gain 1): W has orthonormal rows or columns, as the CHNN authors' networks
+WEIGHT_INITS = ("uniform", "orthogonal")
 
 
 def network_derivative(e: sp.Derivative):

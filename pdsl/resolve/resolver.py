@@ -491,11 +491,12 @@ class _Resolver:
             raise PdslError.at("UnknownArchitecture", f"unknown network architecture `{stmt.arch}`", stmt.span, "available: mlp")
         if stmt.args:
             raise PdslError.at("WrongArity", "`mlp` takes only keyword arguments", stmt.args[0].span)
-        opts = {"hidden": None, "act": None, "out": None, "out_act": None, "dropout": None}
+        opts = {"hidden": None, "act": None, "out": None, "out_act": None, "dropout": None, "init": None}
         for kw in stmt.kwargs:
             if kw.name not in opts:
                 raise PdslError.at("UnknownArgument", f"`mlp` has no argument `{kw.name}`", kw.span,
-                                   "mlp(hidden = [64, 64], act = tanh, out = 1, dropout = 0.2); act may list one activation per hidden layer")
+                                   "mlp(hidden = [64, 64], act = tanh, out = 1, dropout = 0.2, init = orthogonal); "
+                                   "act may list one activation per hidden layer")
             if opts[kw.name] is not None:
                 raise PdslError.at("DuplicateDefinition", f"`{kw.name}` is given twice", kw.span)
             opts[kw.name] = kw
@@ -546,9 +547,15 @@ class _Resolver:
             dropout = float_value(Evaluator(self._const_scope()).eval(v), v.span, "the dropout rate")
             if not 0 <= dropout < 1:
                 raise PdslError.at("BadArgument", f"the dropout rate must be in [0, 1), got {dropout:g}", v.span)
+        init = "uniform"  # the weights' initial draw (pdsl.backend.neural.init_weights)
+        if opts["init"] is not None:
+            v = opts["init"].value
+            if not isinstance(v, A.Name) or v.id not in M.WEIGHT_INITS:
+                raise PdslError.at("BadArgument", "unknown weight initialisation", v.span, "one of: " + ", ".join(M.WEIGHT_INITS))
+            init = v.id
         fn = sp.Function(f"nn_{stmt.name}")
         self._bind(stmt.name, "nn", stmt.name_span, NeuralRef(stmt.name, fn, n_out))
-        self._nn_specs[stmt.name] = (stmt, hidden, act, n_out, fn, acts, dropout)
+        self._nn_specs[stmt.name] = (stmt, hidden, act, n_out, fn, acts, dropout, init)
 
     def _declare_body(self, stmt: A.BodyStmt, out) -> None:
         if stmt.loops:
@@ -671,11 +678,11 @@ class _Resolver:
                 self._finish_body(stmt, indices, refs, out)
             except PdslError as err:
                 self.diags.extend(err)
-        for name, (stmt, hidden, act, n_out, fn, acts, dropout) in self._nn_specs.items():
+        for name, (stmt, hidden, act, n_out, fn, acts, dropout, init) in self._nn_specs.items():
             n_in = self.nn_inputs.get(name, (None,))[0]
             out["neural"].append(
                 M.Neural(name=name, arch=stmt.arch, hidden=hidden, act=act, n_out=n_out, n_in=n_in, fn=fn, span=stmt.span,
-                         acts=acts, dropout=dropout)
+                         acts=acts, dropout=dropout, init=init)
             )
 
     def _elements_of(self, d: A.Decl):

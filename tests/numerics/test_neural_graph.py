@@ -121,3 +121,69 @@ def test_network_graph_is_inlined_once_per_input_list():
     assert num.rhs.is_a("MXFunction")
     calls = [k for k in range(num.rhs.n_instructions()) if num.rhs.instruction_MX(k).is_call()]
     assert calls == []
+
+
+# ---------------------------------------------------------------- mlp(init = …)
+def _layers(nn, w):
+    """[(W, b)] from pdsl's flat layout, as numpy arrays."""
+    out, k = [], 0
+    sizes = layer_sizes(nn)
+    for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
+        W = w[k : k + fan_in * fan_out].reshape(fan_in, fan_out).T
+        k += fan_in * fan_out
+        out.append((W, w[k : k + fan_out]))
+        k += fan_out
+    assert k == len(w)
+    return out
+
+
+def test_orthogonal_init_has_orthonormal_rows_or_columns_and_torch_default_biases():
+    nn = Neural(name="V", arch="mlp", n_in=6, hidden=(32, 32, 8), n_out=1, act="tanh", fn=None,
+                span=Span("t.phm", 1, 1, 1, 2), init="orthogonal")
+    w = init_weights(nn, 4)
+    assert len(w) == n_weights(nn)
+    for W, b in _layers(nn, w):
+        fan_out, fan_in = W.shape
+        G = W @ W.T if fan_out <= fan_in else W.T @ W  # orthonormal rows (wide) or columns (tall): gain 1
+        np.testing.assert_allclose(G, np.eye(min(W.shape)), atol=1e-12)
+        assert np.all(np.abs(b) <= 1 / np.sqrt(fan_in)) and np.all(b != 0)
+    np.testing.assert_array_equal(w, init_weights(nn, 4))  # seeded
+    assert not np.array_equal(w, init_weights(nn, 5))
+
+
+def test_orthogonal_init_matches_torch_orthogonal_in_distribution():
+    """Singular values all 1 and the entries' spread 1/√max(fan) — the statistics of torch.nn.init.orthogonal_
+    (not its random stream); the default (uniform) draw is unchanged: W, b ~ U(−1/√fan_in, 1/√fan_in)."""
+    nn = Neural(name="V", arch="mlp", n_in=4, hidden=(256,), n_out=1, act="tanh", fn=None,
+                span=Span("t.phm", 1, 1, 1, 2), init="orthogonal")
+    (W1, _), (W2, _) = _layers(nn, init_weights(nn, 0))
+    np.testing.assert_allclose(np.linalg.svd(W1, compute_uv=False), 1.0, atol=1e-12)
+    assert abs(W1.std() * np.sqrt(256) - 1) < 0.1 and abs(np.linalg.norm(W2) - 1) < 1e-12
+    uni = Neural(name="V", arch="mlp", n_in=4, hidden=(256,), n_out=1, act="tanh", fn=None,
+                 span=Span("t.phm", 1, 1, 1, 2))
+    (U1, b1), (U2, _) = _layers(uni, init_weights(uni, 0))
+    assert np.all(np.abs(U1) <= 0.5) and abs(U1.std() - 0.5 / np.sqrt(3)) < 0.02  # U(−1/2, 1/2) for fan_in 4
+    assert np.all(np.abs(U2) <= 1 / 16)
+
+
+def test_model_init_option_reaches_the_compiled_weights():
+    src = ("model M\n  coord q = 0.1\n  momentum p = 0\n  nn V: mlp(hidden = [16, 16], act = tanh, init = orthogonal)\n"
+           "  hamiltonian p^2/2 + V(q)\nend\n")
+    compiled = pdsl.compile_model("m.phm", text=src)
+    nn = compiled.system.neural[0]
+    assert nn.init == "orthogonal"
+    w = np.asarray(compiled.numeric.p_default)[len(compiled.system.params):]
+    W2 = _layers(nn, w)[1][0]
+    np.testing.assert_allclose(W2 @ W2.T, np.eye(16), atol=1e-12)
+
+
+@pytest.mark.parametrize("opt, code, needle", [
+    ("init = glorot", "BadArgument", "unknown weight initialisation"),
+    ("init = orthogonal, init = uniform", "DuplicateDefinition", "given twice"),
+])
+def test_bad_init_option_is_a_located_error(opt, code, needle):
+    src = f"model M\n  coord q = 0.1\n  momentum p = 0\n  nn V: mlp(hidden = [4], {opt})\n  hamiltonian p^2/2 + V(q)\nend\n"
+    with pytest.raises(pdsl.PdslError) as e:
+        pdsl.compile_model("m.phm", text=src)
+    d = e.value.diagnostics[0]
+    assert d.code == code and needle in d.message and d.span.line == 4
