@@ -271,7 +271,8 @@ def render_system(system: SymbolicSystem, fmt: str = "text", *, simplify: bool =
     if system.neural:
         h("Neural components")
         for n in system.neural:
-            item(f"{n.name}: {n.arch} {n.n_in if n.n_in is not None else '?'} -> {' -> '.join(map(str, n.hidden))} -> {n.n_out}, act {n.act}")
+            item(f"{n.name}: {n.arch} {n.n_in if n.n_in is not None else '?'} -> {' -> '.join(map(str, n.hidden))} -> {n.n_out}, act {n.act}"
+                 + (f", init {n.init}" if n.init != "uniform" else ""))
     if system.energy is not None:
         h("Energy")
         out.append(_block(pr.expr(tidy(system.energy)), fmt, f"E = ", system.energy_origin))

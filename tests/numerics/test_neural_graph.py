@@ -175,6 +175,9 @@ def test_model_init_option_reaches_the_compiled_weights():
     w = np.asarray(compiled.numeric.p_default)[len(compiled.system.params):]
     W2 = _layers(nn, w)[1][0]
     np.testing.assert_allclose(W2 @ W2.T, np.eye(16), atol=1e-12)
+    from pdsl.show import render_system
+
+    assert "V: mlp 1 -> 16 -> 16 -> 1, act tanh, init orthogonal" in render_system(compiled.system, simplify=False)
 
 
 @pytest.mark.parametrize("opt, code, needle", [
