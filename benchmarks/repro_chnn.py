@@ -26,7 +26,8 @@ A slow study: a script only, never part of the test suite. Everything goes throu
   Cartesian coordinates with the known links, learned masses (log space) and an MLP potential;
   HNN in angles with an MLP potential and an MLP Cholesky factor L of the INVERSE mass matrix
   (H = ½|Lᵀp|² + ½ε|p|² + V, the [REPO-P0] form); Neural ODE der(q, w) = F(sin q, cos q, w).
-  All MLPs 3 hidden layers of H tanh units (H = 256 in the paper; smaller here for time).
+  All MLPs 3 hidden layers of H tanh units (H = 256 in the paper; smaller here for time), their
+  weights drawn orthogonally (``mlp(init = orthogonal)``, as the authors' ``orthogonal_init=True``).
 * training — ``pdsl fit MODEL --const H=… --epochs … --val-fraction 0`` with the A5 defaults
   (AdamW lr 3e-3, weight decay 1e-4, cosine, minibatch 200, RK4 on the data grid, L1 loss over
   the model's shown state columns), on pdsl's torch backend (chosen automatically).
@@ -113,6 +114,12 @@ def pdsl_count(kind: str, N: int, hidden: int) -> int:
 
     c = compile_model(MODELS / f"{kind}{N}.phm", consts={"H": hidden})
     return make_layout(c.numeric, c.model, []).n_theta
+
+
+def weight_init(kind: str, N: int) -> str:
+    """How the model file draws its networks' initial weights (`mlp(init = …)`), from pdsl's resolved model."""
+    model = pdsl.load_models(MODELS / f"{kind}{N}.phm", consts={"H": 4})[0]
+    return ", ".join(sorted({nn.init for nn in model.neural}))
 
 
 def true_energy(Z: np.ndarray, N: int) -> np.ndarray:
@@ -312,7 +319,7 @@ def main(argv=None) -> int:
 
     write_report(Path(args.out), results, dict(hidden=hidden, n_train=n_train, n_test=n_test, epochs=epochs, lr=args.lr,
                                                seed=args.seed, quick=args.quick, work=str(work), full=args.full,
-                                               kinds=kinds, dtype=args.dtype,
+                                               kinds=kinds, dtype=args.dtype, systems=args.systems,
                                                seconds=time.perf_counter() - t_start, load0=load0))
     log(f"-> {args.out} ({time.perf_counter() - t_start:.0f} s)")
     return 0
@@ -350,6 +357,9 @@ def write_report(path: Path, results: dict, s: dict) -> None:
             ["training data", f"{s['n_train']} trajectories, one random 5-sample chunk each (A4.2)", "800, one chunk each"],
             ["test data", f"{s['n_test']} trajectories × 100 samples (3 s), other seeds", "100 × 100"],
             ["MLP width (3 hidden layers, tanh)", f"{s['hidden']}", "256"],
+            ["initial weights (`mlp(init = …)` in the model files)",
+             "; ".join(f"{LABEL[k]}: {weight_init(k, N)}" for N in s.get("systems", [3]) for k in s.get("kinds", KINDS)),
+             "orthogonal (`torch.nn.init.orthogonal_`), every network"],
             ["epochs (" + " / ".join(LABEL[k] for k in s.get("kinds", KINDS)) + ")",
              " / ".join(str(e[k]) for k in s.get("kinds", KINDS)), "2000"],
             ["optimiser", f"AdamW lr {s['lr']:g}, weight decay 1e-4, cosine to 0, minibatch 200", "same"],
