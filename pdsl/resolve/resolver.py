@@ -497,8 +497,9 @@ class _Resolver:
                 raise PdslError.at("UnknownArgument", f"`mlp` has no argument `{kw.name}`", kw.span,
                                    "mlp(hidden = [64, 64], act = tanh, out = 1, dropout = 0.2, init = orthogonal); "
                                    "act may list one activation per hidden layer")
-            if opts[kw.name] is not None:
-                raise PdslError.at("DuplicateDefinition", f"`{kw.name}` is given twice", kw.span)
+            if opts[kw.name] is not None:  # reported; the first one is used and the network still declared
+                self.diags.extend(PdslError.at("DuplicateDefinition", f"`{kw.name}` is given twice", kw.span))
+                continue
             opts[kw.name] = kw
         hidden: tuple[int, ...] = (64, 64)
         if opts["hidden"] is not None:
@@ -541,18 +542,26 @@ class _Resolver:
             n_out = int_value(Evaluator(self._const_scope()).eval(v), v.span, "the output size")
             if not 1 <= n_out <= 100_000:
                 raise PdslError.at("BadArgument", "the output size must be at least 1", v.span)
-        dropout = 0.0  # training only: the rate after every hidden layer (pdsl fit, torch backend)
-        if opts["dropout"] is not None:
-            v = opts["dropout"].value
-            dropout = float_value(Evaluator(self._const_scope()).eval(v), v.span, "the dropout rate")
-            if not 0 <= dropout < 1:
-                raise PdslError.at("BadArgument", f"the dropout rate must be in [0, 1), got {dropout:g}", v.span)
+        # Training-only settings: an error in one is reported and its default used, so the network is still
+        # declared and its calls do not add "unknown function" errors.
+        dropout = 0.0  # the rate after every hidden layer (pdsl fit, torch backend)
         init = "uniform"  # the weights' initial draw (pdsl.backend.neural.init_weights)
+        try:
+            if opts["dropout"] is not None:
+                v = opts["dropout"].value
+                rate = float_value(Evaluator(self._const_scope()).eval(v), v.span, "the dropout rate")
+                if not 0 <= rate < 1:
+                    raise PdslError.at("BadArgument", f"the dropout rate must be in [0, 1), got {rate:g}", v.span)
+                dropout = rate
+        except PdslError as err:
+            self.diags.extend(err)
         if opts["init"] is not None:
             v = opts["init"].value
-            if not isinstance(v, A.Name) or v.id not in M.WEIGHT_INITS:
-                raise PdslError.at("BadArgument", "unknown weight initialisation", v.span, "one of: " + ", ".join(M.WEIGHT_INITS))
-            init = v.id
+            if isinstance(v, A.Name) and v.id in M.WEIGHT_INITS:
+                init = v.id
+            else:
+                self.diags.extend(PdslError.at("BadArgument", "unknown weight initialisation", v.span,
+                                               "one of: " + ", ".join(M.WEIGHT_INITS)))
         fn = sp.Function(f"nn_{stmt.name}")
         self._bind(stmt.name, "nn", stmt.name_span, NeuralRef(stmt.name, fn, n_out))
         self._nn_specs[stmt.name] = (stmt, hidden, act, n_out, fn, acts, dropout, init)

@@ -190,3 +190,12 @@ def test_bad_init_option_is_a_located_error(opt, code, needle):
         pdsl.compile_model("m.phm", text=src)
     d = e.value.diagnostics[0]
     assert d.code == code and needle in d.message and d.span.line == 4
+    assert len(e.value.diagnostics) == 1  # the network is still declared: its call adds no "unknown function"
+
+
+def test_bad_dropout_is_reported_once():
+    src = "model M\n  coord q = 0.1\n  momentum p = 0\n  nn V: mlp(hidden = [4], dropout = 1.5)\n  hamiltonian p^2/2 + V(q)\nend\n"
+    with pytest.raises(pdsl.PdslError) as e:
+        pdsl.compile_model("m.phm", text=src)
+    assert [d.code for d in e.value.diagnostics] == ["BadArgument"]
+    assert "dropout rate must be in [0, 1)" in e.value.diagnostics[0].message
