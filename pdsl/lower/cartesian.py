@@ -49,12 +49,12 @@ first, so that bodies far from the origin do not lose digits to cancellation.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from itertools import combinations
 
 import numpy as np
 import sympy as sp
 
+from ..records import record
 from .. import symbols as S
 from ..diagnostics import Collector, PdslError, Span
 from ..resolve.model import Body, Connector, Model, Param, PointRef
@@ -65,7 +65,6 @@ from .registry import Formalism, LowerOptions, register
 __all__ = ["lower_cartesian", "node_mass_matrix", "node_mass_inverse", "CartesianSystem", "STABILIZATIONS",
            "BAUMGARTE_PARAMS"]
 
-_FROZEN = dict(frozen=True, slots=True, kw_only=True)
 _RANK_TOL = 1e-9  # relative eigenvalue threshold of the constraint Gram matrix
 _ZERO = sp.Integer(0)
 
@@ -99,7 +98,7 @@ def node_mass_inverse(mass, moments) -> sp.Matrix:
 
 
 # ======================================================================= the IR, with a direct linear read-off
-@dataclass(**_FROZEN)
+@record
 class CartesianSystem(SymbolicSystem):
     """A :class:`SymbolicSystem` whose differential rows are sums of ``coefficient·unknown`` terms.
 
@@ -138,14 +137,14 @@ class CartesianSystem(SymbolicSystem):
 
 
 # ======================================================================= layout
-@dataclass(**_FROZEN)
+@record
 class _BodyBlock:
     body: Body
     offset: int  # index of its first coordinate in x
     nodes: int  # number of nodes (1 for a point mass)
 
 
-@dataclass(**_FROZEN)
+@record
 class _Layout:
     """The flat coordinate vector x; per body its slice (node-major, axis-minor)."""
 
@@ -261,7 +260,7 @@ def _dot(a: SparseVec, b) -> sp.Expr:
 
 
 # ======================================================================= constraints Φ(x)
-@dataclass(**_FROZEN)
+@record
 class _Row:
     """One holonomic constraint row Φ_k(x) = 0 with the statement that generated it."""
 
@@ -454,7 +453,7 @@ def _generalized_force(model: Model, layout: _Layout, velocity, position) -> Spa
 
 
 # ======================================================================= constraint data
-@dataclass(**_FROZEN)
+@record
 class _Constraints:
     """Sparse DΦ, W = M⁻¹DΦᵀ (columns), K = ∂(DΦ v)/∂x, the curvature (DΦ v)ₓ·v and G = DΦ M⁻¹ DΦᵀ."""
 
@@ -639,7 +638,7 @@ def _check_singular(model: Model, layout: _Layout, data: _Constraints) -> None:
 
 
 # ======================================================================= symbolic LDLᵀ of G
-@dataclass(**_FROZEN)
+@record
 class _Factor:
     """G = L·diag(d)·Lᵀ in the elimination order ``order`` (positions 0..C−1 -> constraint index)."""
 
@@ -703,7 +702,7 @@ def _ldl(C: int, G: dict) -> _Factor:
     return _Factor(order=tuple(order), L=L, d=tuple(d))
 
 
-@dataclass(**_FROZEN)
+@record
 class _LinRow:
     """``Σ coeffs·unknowns = rhs``; with ``assign`` the first unknown (coefficient 1) stays on the
     left and the other terms move to the right: a substitution step ``u = rhs − Σ c·w``.

@@ -13,17 +13,16 @@ DAE solver. An explicit ODE is the special case A = I. Each row is an
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import sympy as sp
 
+from ..records import record
 from ..diagnostics import Span
 from ..resolve.model import Input, Neural, Output, Param
 
-_FROZEN = dict(frozen=True, slots=True, kw_only=True)
 
 
-@dataclass(**_FROZEN)
+@record
 class State:
     """A differential state; ``rate`` is the unknown standing for its time derivative."""
 
@@ -34,7 +33,7 @@ class State:
     span: Span
 
 
-@dataclass(**_FROZEN)
+@record
 class Algebraic:
     name: str
     symbol: sp.Symbol
@@ -42,7 +41,7 @@ class Algebraic:
     span: Span
 
 
-@dataclass(**_FROZEN)
+@record
 class Equation:
     """``lhs = rhs``; for a differential row, lhs is linear in the rates and multipliers."""
 
@@ -52,7 +51,7 @@ class Equation:
     label: str = ""
 
 
-@dataclass(**_FROZEN)
+@record
 class Constraint:
     """A holonomic constraint Φ(x) = 0 kept for drift monitoring and projection."""
 
@@ -61,7 +60,7 @@ class Constraint:
     label: str = ""
 
 
-@dataclass(**_FROZEN)
+@record
 class Port:
     """A power port of the lowered system: effort and flow in terms of states, inputs and parameters.
 
@@ -81,7 +80,7 @@ class Port:
         return self.effort * self.flow
 
 
-@dataclass(**_FROZEN)
+@record
 class PowerTerm:
     """One term of the power balance dE/dt = Σ supplied − Σ dissipated (supplied > 0, dissipated < 0)."""
 
@@ -91,7 +90,7 @@ class PowerTerm:
     span: Span
 
 
-@dataclass(**_FROZEN)
+@record
 class BodySummary:
     """What ``show`` lists for a body of a multibody part (the formalism fills it; show only prints)."""
 
@@ -106,7 +105,7 @@ class BodySummary:
     positions: tuple[tuple[sp.Symbol, ...], ...] = ()  # per node, its coordinate symbols (pictures of the mechanism)
 
 
-@dataclass(**_FROZEN)
+@record
 class Segment:
     """A connector as a picture draws it: from point ``a`` to point ``b`` (expressions of the states)."""
 
@@ -116,7 +115,7 @@ class Segment:
     fixed: bool  # one end on the ground
 
 
-@dataclass(**_FROZEN)
+@record
 class DerivationItem:
     """One derived quantity a formalism shows (``label = value``): an expression or a matrix."""
 
@@ -128,7 +127,7 @@ class DerivationItem:
         return cls(label=label, value=value)
 
 
-@dataclass(**_FROZEN)
+@record
 class DerivationSection:
     """A titled list of derived quantities for ``show`` (a Hamel reduction's connection, frame, momenta, …).
     Display only: nothing numeric reads it."""
@@ -142,7 +141,7 @@ class DerivationSection:
         return cls(title=title, items=tuple(items), note=note)
 
 
-@dataclass(**_FROZEN)
+@record
 class Balance:
     """A relation ``d/dt quantity = rate`` that every solution satisfies (both sides expressions of the states and
     parameters): ``simulate`` reports its residual along the trajectory, fit losses may use it."""
@@ -166,7 +165,7 @@ def closed_input_laws(inputs) -> dict[sp.Symbol, sp.Expr]:
     return laws
 
 
-@dataclass(**_FROZEN)
+@record
 class SymbolicSystem:
     name: str
     doc: str | None

@@ -75,7 +75,6 @@ from .structural import zero_or_residual as _zero_or_residual
 
 __all__ = ["lower_port_hamiltonian", "is_rational", "PORT_HAMILTONIAN"]
 
-_FROZEN = dict(frozen=True, slots=True, kw_only=True)
 
 
 def lower_port_hamiltonian(model: Model) -> SymbolicSystem:

@@ -15,10 +15,11 @@ Pure sympy: no numeric backend is imported here.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import sympy as sp
 
+from ..records import record
 from .. import symbols as S
 from ..diagnostics import PdslError
 from .common import scan
@@ -29,7 +30,6 @@ __all__ = [
     "zero_or_residual", "on_manifold", "PowerBalance", "power_balance", "check_structure",
 ]
 
-_FROZEN = dict(frozen=True, slots=True, kw_only=True)
 
 _NO_SIMPLIFY = (sp.Abs, sp.sign, sp.Piecewise, sp.Heaviside, sp.Min, sp.Max)
 _TIDY_OPS_LIMIT = 200
@@ -273,7 +273,7 @@ def solve_linear(eqs, remaining):
     return {v: tidy(s) for v, s in zip(remaining, sol)}
 
 
-@dataclass(**_FROZEN)
+@record
 class PowerBalance:
     """dE/dt = supplied − dissipated, per term (C1), with its symbolic verification."""
 

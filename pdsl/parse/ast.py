@@ -7,57 +7,56 @@ subclasses. Nothing downstream of the parser ever sees a lark ``Tree``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from ..records import record
 from ..diagnostics import Span
 
-_FROZEN = dict(frozen=True, slots=True, kw_only=True)
 
 
 # ---------------------------------------------------------------- expressions
-@dataclass(**_FROZEN)
+@record
 class Expr:
     span: Span
 
 
-@dataclass(**_FROZEN)
+@record
 class Num(Expr):
     value: float
     text: str
 
 
-@dataclass(**_FROZEN)
+@record
 class Name(Expr):
     id: str
 
 
-@dataclass(**_FROZEN)
+@record
 class Neg(Expr):
     operand: Expr
 
 
-@dataclass(**_FROZEN)
+@record
 class BinOp(Expr):
     op: str  # one of + - * / ^
     left: Expr
     right: Expr
 
 
-@dataclass(**_FROZEN)
+@record
 class KwArg:
     span: Span
     name: str
     value: Expr
 
 
-@dataclass(**_FROZEN)
+@record
 class Call(Expr):
     func: Expr  # a Name, or an Attr for methods such as ``body.at(...)``
     args: tuple[Expr, ...]
     kwargs: tuple[KwArg, ...]
 
 
-@dataclass(**_FROZEN)
+@record
 class Generator(Expr):
     """``sum(body for var in lo..hi)``."""
 
@@ -68,7 +67,7 @@ class Generator(Expr):
     hi: Expr
 
 
-@dataclass(**_FROZEN)
+@record
 class MemberLoop(Expr):
     """``cap[i] for i in 1..N`` in a junction's member list: the member repeated over a range."""
 
@@ -78,24 +77,24 @@ class MemberLoop(Expr):
     hi: Expr
 
 
-@dataclass(**_FROZEN)
+@record
 class Index(Expr):
     base: Expr
     indices: tuple[Expr, ...]
 
 
-@dataclass(**_FROZEN)
+@record
 class Attr(Expr):
     base: Expr
     name: str
 
 
-@dataclass(**_FROZEN)
+@record
 class Vector(Expr):
     items: tuple[Expr, ...]
 
 
-@dataclass(**_FROZEN)
+@record
 class IfExpr(Expr):
     """``if cond then a else b``."""
 
@@ -104,26 +103,26 @@ class IfExpr(Expr):
     orelse: Expr
 
 
-@dataclass(**_FROZEN)
+@record
 class Compare(Expr):
     op: str  # one of < <= > >= == !=
     left: Expr
     right: Expr
 
 
-@dataclass(**_FROZEN)
+@record
 class BoolOp(Expr):
     op: str  # and | or
     left: Expr
     right: Expr
 
 
-@dataclass(**_FROZEN)
+@record
 class Not(Expr):
     operand: Expr
 
 
-@dataclass(**_FROZEN)
+@record
 class Text(Expr):
     """A string literal; only an attribute value (``{unit = "kg"}``), never a number."""
 
@@ -131,14 +130,14 @@ class Text(Expr):
 
 
 # ---------------------------------------------------------------- statements
-@dataclass(**_FROZEN)
+@record
 class Range:
     span: Span
     lo: Expr
     hi: Expr
 
 
-@dataclass(**_FROZEN)
+@record
 class Loop:
     span: Span
     var: str
@@ -146,7 +145,7 @@ class Loop:
     hi: Expr
 
 
-@dataclass(**_FROZEN)
+@record
 class Attribute:
     """``{free, lower = 0}``: a flag (value None) or a keyed value."""
 
@@ -155,7 +154,7 @@ class Attribute:
     value: Expr | None
 
 
-@dataclass(**_FROZEN)
+@record
 class Decl:
     span: Span
     name: str
@@ -164,24 +163,24 @@ class Decl:
     attrs: tuple[Attribute, ...]
 
 
-@dataclass(**_FROZEN)
+@record
 class Stmt:
     span: Span
     loops: tuple[Loop, ...] = ()
 
 
-@dataclass(**_FROZEN)
+@record
 class DeclStmt(Stmt):
     kind: str  # const | param | input | output | var | coord | momentum
     decls: tuple[Decl, ...]
 
 
-@dataclass(**_FROZEN)
+@record
 class SpaceStmt(Stmt):
     dim: Expr
 
 
-@dataclass(**_FROZEN)
+@record
 class NNStmt(Stmt):
     name: str
     name_span: Span
@@ -190,7 +189,7 @@ class NNStmt(Stmt):
     kwargs: tuple[KwArg, ...]
 
 
-@dataclass(**_FROZEN)
+@record
 class BodyStmt(Stmt):
     name: str
     name_span: Span
@@ -201,7 +200,7 @@ class BodyStmt(Stmt):
     kwargs: tuple[KwArg, ...]
 
 
-@dataclass(**_FROZEN)
+@record
 class ConnectorStmt(Stmt):
     kind: str  # link | joint | hinge | spring | damper
     args: tuple[Expr, ...]
@@ -210,46 +209,46 @@ class ConnectorStmt(Stmt):
     name_span: Span | None = None
 
 
-@dataclass(**_FROZEN)
+@record
 class GravityStmt(Stmt):
     g: Expr
     along: Expr | None
 
 
-@dataclass(**_FROZEN)
+@record
 class PotentialStmt(Stmt):
     expr: Expr
 
 
-@dataclass(**_FROZEN)
+@record
 class ForceStmt(Stmt):
     force: Expr
     target: Expr
 
 
-@dataclass(**_FROZEN)
+@record
 class LagrangianStmt(Stmt):
     expr: Expr
 
 
-@dataclass(**_FROZEN)
+@record
 class HamiltonianStmt(Stmt):
     expr: Expr
 
 
-@dataclass(**_FROZEN)
+@record
 class ConstraintStmt(Stmt):
     lhs: Expr
     rhs: Expr
 
 
-@dataclass(**_FROZEN)
+@record
 class EquationStmt(Stmt):
     lhs: Expr
     rhs: Expr
 
 
-@dataclass(**_FROZEN)
+@record
 class DistributionStmt(Stmt):
     name: str
     arch: str
@@ -257,7 +256,7 @@ class DistributionStmt(Stmt):
     kwargs: tuple[KwArg, ...]
 
 
-@dataclass(**_FROZEN)
+@record
 class ConstraintLearnStmt(Stmt):
     """``constraint learn a: mlp(...) on der(x), der(y) given der(theta)``: der(x_k) = Σ_j a_kj(q) der(g_j)."""
 
@@ -270,13 +269,13 @@ class ConstraintLearnStmt(Stmt):
     given: tuple[Expr, ...]
 
 
-@dataclass(**_FROZEN)
+@record
 class GroupStmt(Stmt):
     name: str
     coords: tuple[str, ...]
 
 
-@dataclass(**_FROZEN)
+@record
 class StoreStmt(Stmt):
     kind: str  # flow_store | effort_store
     name: str
@@ -288,7 +287,7 @@ class StoreStmt(Stmt):
     state_span: Span | None = None
 
 
-@dataclass(**_FROZEN)
+@record
 class ResistiveStmt(Stmt):
     name: str
     attrs: tuple[Attribute, ...]
@@ -298,7 +297,7 @@ class ResistiveStmt(Stmt):
     name_span: Span | None = None
 
 
-@dataclass(**_FROZEN)
+@record
 class SourceStmt(Stmt):
     kind: str  # flow_source | effort_source
     name: str
@@ -308,7 +307,7 @@ class SourceStmt(Stmt):
     open_port: bool = False  # made by pdsl.compose for a power port left open: the lowering picks its causality
 
 
-@dataclass(**_FROZEN)
+@record
 class TwoPortStmt(Stmt):
     kind: str  # transformer | gyrator
     name: str
@@ -321,7 +320,7 @@ class TwoPortStmt(Stmt):
     name_span: Span | None = None
 
 
-@dataclass(**_FROZEN)
+@record
 class JunctionStmt(Stmt):
     name: str | None
     kind: str
@@ -335,19 +334,19 @@ class JunctionStmt(Stmt):
     node: bool = False
 
 
-@dataclass(**_FROZEN)
+@record
 class StructureStmt(Stmt):
     args: tuple[Expr, ...]
     kwargs: tuple[KwArg, ...]
 
 
-@dataclass(**_FROZEN)
+@record
 class ImportStmt(Stmt):
     path: str
     alias: str | None = None  # ``import "x.phm" as lib``: its models are ``lib.Name``
 
 
-@dataclass(**_FROZEN)
+@record
 class PortDecl:
     """``pivot`` (a point port), ``p: electrical`` (a power port), ``axle: rotational = pivot.rate``
     (a kinematic port: its across value is a velocity of the model's mechanics)."""
@@ -360,7 +359,7 @@ class PortDecl:
     attrs: tuple[Attribute, ...] = ()  # ``{unit = "rad/s"}``: the unit of the across value
 
 
-@dataclass(**_FROZEN)
+@record
 class PortStmt(Stmt):
     ports: tuple[PortDecl, ...]
 
@@ -369,7 +368,7 @@ class PortStmt(Stmt):
         return tuple(p.name for p in self.ports)
 
 
-@dataclass(**_FROZEN)
+@record
 class UseStmt(Stmt):
     name: str
     range: Range | None
@@ -380,12 +379,12 @@ class UseStmt(Stmt):
     model_span: Span | None = None
 
 
-@dataclass(**_FROZEN)
+@record
 class ConnectStmt(Stmt):
     members: tuple[Expr, ...]
 
 
-@dataclass(**_FROZEN)
+@record
 class AnalogyStmt(Stmt):
     """``analogy force = flow`` (mobility) or ``force = effort`` (the default, bond-graph)."""
 
@@ -393,7 +392,7 @@ class AnalogyStmt(Stmt):
     variable: str
 
 
-@dataclass(**_FROZEN)
+@record
 class KinematicPortStmt(Stmt):
     """Made by :mod:`pdsl.compose` from ``port axle: rotational = pivot.rate``: a velocity of the mechanics whose
     conjugate (the through value) enters the mechanics as a generalized force (``force … on axle``)."""
@@ -404,7 +403,7 @@ class KinematicPortStmt(Stmt):
     unit: Text | None = None  # the declared unit of the velocity, checked by pdsl.resolve.units
 
 
-@dataclass(**_FROZEN)
+@record
 class InterfaceStmt(Stmt):
     """Made by :mod:`pdsl.compose` from ``connect`` of a kinematic port and a power port of a p-H part: the p-H
     port ``port`` (a member of its junction) meets the velocity ``across``; ``across_is`` says which of the p-H
@@ -417,7 +416,7 @@ class InterfaceStmt(Stmt):
     across_is: str  # effort | flow
 
 
-@dataclass(**_FROZEN)
+@record
 class KinematicTieStmt(Stmt):
     """Made by :mod:`pdsl.compose` from ``connect`` of two kinematic ports: their velocities are equal and their
     through values sum to zero (a rigid tie between two velocities of the mechanics)."""
@@ -427,7 +426,7 @@ class KinematicTieStmt(Stmt):
 
 
 # ---------------------------------------------------------------- file level
-@dataclass(**_FROZEN)
+@record
 class ModelDef:
     span: Span
     name: str
@@ -436,7 +435,7 @@ class ModelDef:
     body: tuple[Stmt, ...]
 
 
-@dataclass(**_FROZEN)
+@record
 class File:
     path: str
     imports: tuple[ImportStmt, ...]

@@ -6,17 +6,17 @@ symbols. Every record keeps the span of the statement it came from.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import ClassVar, Mapping
 
 import sympy as sp
 
+from ..records import record
 from ..diagnostics import Span
 
-_FROZEN = dict(frozen=True, slots=True, kw_only=True)
 
 
-@dataclass(**_FROZEN)
+@record
 class Param:
     name: str
     symbol: sp.Symbol
@@ -27,7 +27,7 @@ class Param:
     span: Span
 
 
-@dataclass(**_FROZEN)
+@record
 class Input:
     name: str
     symbol: sp.Symbol
@@ -35,14 +35,14 @@ class Input:
     span: Span
 
 
-@dataclass(**_FROZEN)
+@record
 class Output:
     name: str
     expr: sp.Expr
     span: Span
 
 
-@dataclass(**_FROZEN)
+@record
 class Variable:
     name: str
     kind: str  # var | coord | momentum
@@ -51,7 +51,7 @@ class Variable:
     span: Span
 
 
-@dataclass(**_FROZEN)
+@record
 class Neural:
     """A neural component: an opaque function ``fn(k, *inputs)`` for output k (0-based)."""
 
@@ -93,21 +93,21 @@ def network_derivative(e: sp.Derivative):
     return f, int(f.args[0]), tuple(i for i, a in enumerate(f.args[1:]) if a == variables[0])
 
 
-@dataclass(**_FROZEN)
+@record
 class Equation:
     lhs: sp.Expr
     rhs: sp.Expr
     span: Span
 
 
-@dataclass(**_FROZEN)
+@record
 class Constraint:
     residual: sp.Expr  # lhs - rhs
     kind: str  # holonomic | velocity
     span: Span
 
 
-@dataclass(**_FROZEN)
+@record
 class Group:
     """``group SE2(phi, x, y)``: a Lie group acting on some coordinates (pdsl.groups has the library)."""
 
@@ -116,13 +116,13 @@ class Group:
     span: Span
 
 
-@dataclass(**_FROZEN)
+@record
 class Located:
     expr: sp.Expr
     span: Span
 
 
-@dataclass(**_FROZEN)
+@record
 class Body:
     """A body in Cartesian coordinates. ``nodes[0]`` is the centre; rigid bodies add axis points."""
 
@@ -136,7 +136,7 @@ class Body:
     span: Span
 
 
-@dataclass(**_FROZEN)
+@record
 class PointRef:
     """A point a connector attaches to: a body node/body-fixed point, or a fixed world point."""
 
@@ -147,7 +147,7 @@ class PointRef:
     span: Span
 
 
-@dataclass(**_FROZEN)
+@record
 class Connector:
     """``link A, B, length = l`` / ``joint`` / ``hinge …, axis = u`` / ``spring …, k, rest`` / ``damper …, c``: the
     options a connector kind takes are typed fields (None where not given)."""
@@ -164,21 +164,21 @@ class Connector:
     name: str | None = None  # a named joint or hinge
 
 
-@dataclass(**_FROZEN)
+@record
 class Gravity:
     g: sp.Expr
     direction: sp.ImmutableMatrix
     span: Span
 
 
-@dataclass(**_FROZEN)
+@record
 class Force:
     force: sp.ImmutableMatrix
     at: PointRef
     span: Span
 
 
-@dataclass(**_FROZEN)
+@record
 class GeneralizedForce:
     """``force Q on q``: a non-conservative generalized force on coordinate ``q``."""
 
@@ -200,7 +200,7 @@ def port_forces(across: sp.Expr, through: sp.Expr, span: Span) -> list[Generaliz
 
 # ---- port-Hamiltonian elements: one typed record per statement kind (LANGUAGE.md §6). Port variables are the
 # symbols ``NAME.e`` / ``NAME.f`` (two-ports: ``NAME.PORT.e``); ``kind`` names the record for listings only.
-@dataclass(**_FROZEN)
+@record
 class Store:
     """``flow_store`` (ẋ = f, e = ∂H/∂x) or ``effort_store`` (ẋ = e, f = ∂H/∂x)."""
 
@@ -212,7 +212,7 @@ class Store:
     span: Span
 
 
-@dataclass(**_FROZEN)
+@record
 class Resistive:
     """An algebraic relation R(e, f) = 0 (``{dissipative}``: f = e·g² by construction)."""
 
@@ -225,7 +225,7 @@ class Resistive:
     span: Span
 
 
-@dataclass(**_FROZEN)
+@record
 class Source:
     """A source imposing its flow or effort; ``open_port``: a power port left open, whose causality the lowering
     picks (pdsl.compose); ``interface``: the p-H side of a kinematic-port interface (LANGUAGE.md §10)."""
@@ -239,7 +239,7 @@ class Source:
     interface: bool = False
 
 
-@dataclass(**_FROZEN)
+@record
 class TwoPort:
     """A transformer ``e_a = n·e_b`` or gyrator ``e_a = r·f_b`` (a, b: the declared port names)."""
 
@@ -255,7 +255,7 @@ class TwoPort:
     span: Span
 
 
-@dataclass(**_FROZEN)
+@record
 class Junction:
     """A 0-junction (``common_effort``) or 1-junction (``common_flow``); ``members`` are (sign, port, span);
     ``aliases`` are the other ports of a `connect` node (each bonds to this junction)."""
@@ -268,7 +268,7 @@ class Junction:
     aliases: tuple[str, ...] = ()
 
 
-@dataclass(**_FROZEN)
+@record
 class Structure:
     """The input-state-output form ``structure J = …, R = …, B = …``: each matrix with the span of its value."""
 
@@ -283,7 +283,7 @@ class Structure:
 Element = Store | Resistive | Source | TwoPort | Junction | Structure
 
 
-@dataclass(**_FROZEN)
+@record
 class Interface:
     """A kinematic port of the mechanics connected to a power port of a p-H part (LANGUAGE.md §10).
 
@@ -299,7 +299,7 @@ class Interface:
     span: Span
 
 
-@dataclass(**_FROZEN)
+@record
 class KinematicTie:
     """Two kinematic ports connected: y_a = y_b, through values λ and −λ (a multiplier of the assembled system)."""
 
@@ -310,7 +310,7 @@ class KinematicTie:
     span: Span
 
 
-@dataclass(**_FROZEN)
+@record
 class Model:
     name: str
     doc: str | None

@@ -1,0 +1,168 @@
+"""``@record``: the frozen, slotted, keyword-only dataclass of pdsl's representations, made cheaply.
+
+The AST, the resolved model and the symbolic IR are ~90 frozen dataclasses. Python 3.11's
+``dataclass(frozen=True, slots=True, kw_only=True)`` compiles six methods per class, each with its own
+``exec`` (``__init__``, ``__repr__``, ``__eq__``, ``__hash__``, ``__setattr__``, ``__delattr__``), and
+calls ``inspect.signature`` for every class without a docstring: ~45 ms of every command that parses
+a model (measured: ``benchmarks/bench_startup_scale.py``; Python 3.13 batches these itself).
+
+``record`` lets :func:`dataclasses.dataclass` do everything but the methods — field collection
+(``ClassVar``, defaults, ``field(...)``, inheritance), ``__dataclass_fields__``, ``__match_args__``
+and the slotted class — so :func:`dataclasses.fields`, :func:`dataclasses.replace`,
+:func:`dataclasses.asdict` and :func:`dataclasses.is_dataclass` work unchanged. It then compiles only
+``__init__`` (one ``exec``) and shares one implementation of the other methods between all classes,
+with the semantics of the generated ones: equality and hash over the ``compare`` fields (only between
+instances of the same class), ``repr`` over the ``repr`` fields, assignment and deletion refused with
+:class:`dataclasses.FrozenInstanceError`, pickling through ``__getstate__``/``__setstate__``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from operator import attrgetter
+
+__all__ = ["record"]
+
+_MISSING = dataclasses.MISSING
+
+
+def record(cls=None, /):
+    """Use as ``@record`` where ``@dataclass(frozen=True, slots=True, kw_only=True)`` would stand."""
+    if cls is None:
+        return record
+    documented = bool(cls.__dict__.get("__doc__"))
+    if not documented:
+        cls.__doc__ = cls.__name__  # a placeholder: dataclass would build one with inspect.signature (slow)
+    cls = dataclasses.dataclass(cls, init=False, repr=False, eq=False, frozen=False, slots=True, kw_only=True)
+    fields = dataclasses.fields(cls)
+    names = tuple(f.name for f in fields)
+    if not documented:
+        _set(cls, "__doc__", f"{cls.__name__}({', '.join(names)})")
+    _set(cls, "__init__", _make_init(cls, fields))
+    _set(cls, "__record_names__", names)
+    _set(cls, "__record_compare__", staticmethod(_getter(tuple(f.name for f in fields if f.compare))))
+    _set(cls, "__record_hash__", staticmethod(_getter(tuple(f.name for f in fields if (f.compare if f.hash is None else f.hash)))))
+    _set(cls, "__record_repr__", tuple(f.name for f in fields if f.repr))
+    own = cls.__dict__
+    for name, fn in _SHARED.items():
+        # as dataclass: a method the class defines is kept, except the __hash__ = None that Python adds to
+        # a class defining __eq__ (a frozen dataclass with eq gets its field hash then)
+        if name not in own or (name == "__hash__" and own[name] is None and "__eq__" in own):
+            _set(cls, name, fn)
+    return cls
+
+
+def _set(cls, name, value):
+    type.__setattr__(cls, name, value)
+
+
+def _getter(names: tuple[str, ...]):
+    """A function returning the tuple of the named attributes (attrgetter returns a bare value for one name)."""
+    if not names:
+        return lambda obj: ()
+    if len(names) == 1:
+        get = attrgetter(names[0])
+        return lambda obj: (get(obj),)
+    return attrgetter(*names)
+
+
+def _make_init(cls, fields):
+    """``__init__(self, *, a, b=<default>, c=<factory>)``: keyword-only, as the frozen dataclass's."""
+    env = {"__setattr": object.__setattr__, "__factory_marker": _HasFactory}
+    params, body = [], []
+    for f in fields:
+        if not f.init:
+            if f.default is not _MISSING:
+                env[f"__dflt_{f.name}"] = f.default
+                body.append(f"__setattr(self, {f.name!r}, __dflt_{f.name})")
+            elif f.default_factory is not _MISSING:
+                env[f"__fact_{f.name}"] = f.default_factory
+                body.append(f"__setattr(self, {f.name!r}, __fact_{f.name}())")
+            continue
+        if f.default is not _MISSING:
+            env[f"__dflt_{f.name}"] = f.default
+            params.append(f"{f.name}=__dflt_{f.name}")
+            body.append(f"__setattr(self, {f.name!r}, {f.name})")
+        elif f.default_factory is not _MISSING:
+            env[f"__fact_{f.name}"] = f.default_factory
+            params.append(f"{f.name}=__factory_marker")
+            body.append(f"__setattr(self, {f.name!r}, __fact_{f.name}() if {f.name} is __factory_marker else {f.name})")
+        else:
+            params.append(f.name)
+            body.append(f"__setattr(self, {f.name!r}, {f.name})")
+    if hasattr(cls, "__post_init__"):
+        body.append("self.__post_init__()")
+    signature = "self, *, " + ", ".join(params) if params else "self"
+    src = f"def __init__({signature}):\n    " + ("\n    ".join(body) or "pass") + "\n"
+    ns: dict = {}
+    exec(src, env, ns)  # noqa: S102 - field names are Python identifiers of pdsl's own classes, not user text
+    init = ns["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__module__ = cls.__module__
+    return init
+
+
+class _HasFactory:
+    """The default of a parameter whose field has a ``default_factory``."""
+
+    def __repr__(self):
+        return "<factory>"
+
+
+_HasFactory = _HasFactory()
+
+
+# ---------------------------------------------------------------- the shared methods
+def _eq(self, other):
+    if other.__class__ is self.__class__:
+        return self.__record_compare__(self) == other.__record_compare__(other)
+    return NotImplemented
+
+
+def _hash(self):
+    return hash(self.__record_hash__(self))
+
+
+def _repr(self):
+    return _repr_guarded(self)
+
+
+def _repr_body(self):
+    parts = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__record_repr__)
+    return f"{self.__class__.__qualname__}({parts})"
+
+
+def _setattr(self, name, value):
+    raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+
+def _delattr(self, name):
+    raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+
+
+def _getstate(self):
+    return [getattr(self, n) for n in self.__record_names__]
+
+
+def _setstate(self, state):
+    for n, v in zip(self.__record_names__, state):
+        object.__setattr__(self, n, v)
+
+
+def _make_repr():
+    import reprlib
+
+    return reprlib.recursive_repr()(_repr_body)
+
+
+_repr_guarded = _make_repr()
+
+_SHARED = {
+    "__eq__": _eq,
+    "__hash__": _hash,
+    "__repr__": _repr,
+    "__setattr__": _setattr,
+    "__delattr__": _delattr,
+    "__getstate__": _getstate,
+    "__setstate__": _setstate,
+}
