@@ -25,15 +25,16 @@ Translations ``R(a, b, …)`` and the circle ``S1(a)`` (also spelt ``SO2``) are 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 import sympy as sp
 
+from .records import record
+
 __all__ = ["GroupKind", "GROUPS", "group_kind"]
 
 
-@dataclass(frozen=True)
+@record(kw_only=False, slots=False)
 class GroupKind:
     name: str
     arity: int | None  # number of coordinates; None: any number ≥ 1

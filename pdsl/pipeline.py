@@ -8,12 +8,12 @@ lowers the model; nothing here knows a formalism by name.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 from .diagnostics import PdslError
+from .records import record
 
 if TYPE_CHECKING:  # the stages are imported where they run: a cached compilation needs neither sympy nor lark
     from .backend.functions import NumericSystem
@@ -29,7 +29,7 @@ _FORMULATIONS = ("hamiltonian", "lagrangian")  # pdsl.lower.registry.FORMULATION
 _STABILIZATIONS = ("none", "baumgarte")  # pdsl.lower.registry.STABILIZATIONS
 
 
-@dataclass(frozen=True)
+@record(kw_only=False, slots=False)
 class CompileOptions:
     """Everything that decides what :func:`compile_model` builds (hashable: a cache key part).
 
@@ -90,7 +90,7 @@ def select_model(models: tuple[Model, ...], name: str | None, path: str = "") ->
     raise PdslError.at("UnknownModel", f"no model `{name}` in {path}", hint=f"models in this file: {names}")
 
 
-@dataclass(frozen=True)
+@record(kw_only=False, slots=False)
 class Compiled:
     model: Model
     system: SymbolicSystem

@@ -26,14 +26,16 @@ __all__ = ["record"]
 _MISSING = dataclasses.MISSING
 
 
-def record(cls=None, /):
-    """Use as ``@record`` where ``@dataclass(frozen=True, slots=True, kw_only=True)`` would stand."""
+def record(cls=None, /, *, kw_only: bool = True, slots: bool = True):
+    """Use as ``@record`` where ``@dataclass(frozen=True, slots=True, kw_only=True)`` would stand;
+    ``@record(kw_only=False)`` and ``@record(slots=False)`` for the frozen dataclass with positional
+    parameters or with an instance ``__dict__`` (a ``functools.cached_property``)."""
     if cls is None:
-        return record
+        return lambda c: record(c, kw_only=kw_only, slots=slots)
     documented = bool(cls.__dict__.get("__doc__"))
     if not documented:
         cls.__doc__ = cls.__name__  # a placeholder: dataclass would build one with inspect.signature (slow)
-    cls = dataclasses.dataclass(cls, init=False, repr=False, eq=False, frozen=False, slots=True, kw_only=True)
+    cls = dataclasses.dataclass(cls, init=False, repr=False, eq=False, frozen=False, slots=slots, kw_only=kw_only)
     fields = dataclasses.fields(cls)
     names = tuple(f.name for f in fields)
     if not documented:
@@ -45,6 +47,8 @@ def record(cls=None, /):
     _set(cls, "__record_repr__", tuple(f.name for f in fields if f.repr))
     own = cls.__dict__
     for name, fn in _SHARED.items():
+        if not slots and name in ("__getstate__", "__setstate__"):
+            continue  # pickled through the instance __dict__, restored without __setattr__
         # as dataclass: a method the class defines is kept, except the __hash__ = None that Python adds to
         # a class defining __eq__ (a frozen dataclass with eq gets its field hash then)
         if name not in own or (name == "__hash__" and own[name] is None and "__eq__" in own):
@@ -67,9 +71,10 @@ def _getter(names: tuple[str, ...]):
 
 
 def _make_init(cls, fields):
-    """``__init__(self, *, a, b=<default>, c=<factory>)``: keyword-only, as the frozen dataclass's."""
+    """``__init__(self, a, b=<default>, *, c=<factory>)``, as the frozen dataclass's: the keyword-only fields
+    (all of them under ``kw_only=True``) after the ``*``."""
     env = {"__setattr": object.__setattr__, "__factory_marker": _HasFactory}
-    params, body = [], []
+    params, kw_params, body = [], [], []
     for f in fields:
         if not f.init:
             if f.default is not _MISSING:
@@ -79,20 +84,21 @@ def _make_init(cls, fields):
                 env[f"__fact_{f.name}"] = f.default_factory
                 body.append(f"__setattr(self, {f.name!r}, __fact_{f.name}())")
             continue
+        into = kw_params if f.kw_only else params
         if f.default is not _MISSING:
             env[f"__dflt_{f.name}"] = f.default
-            params.append(f"{f.name}=__dflt_{f.name}")
+            into.append(f"{f.name}=__dflt_{f.name}")
             body.append(f"__setattr(self, {f.name!r}, {f.name})")
         elif f.default_factory is not _MISSING:
             env[f"__fact_{f.name}"] = f.default_factory
-            params.append(f"{f.name}=__factory_marker")
+            into.append(f"{f.name}=__factory_marker")
             body.append(f"__setattr(self, {f.name!r}, __fact_{f.name}() if {f.name} is __factory_marker else {f.name})")
         else:
-            params.append(f.name)
+            into.append(f.name)
             body.append(f"__setattr(self, {f.name!r}, {f.name})")
     if hasattr(cls, "__post_init__"):
         body.append("self.__post_init__()")
-    signature = "self, *, " + ", ".join(params) if params else "self"
+    signature = ", ".join(["self", *params, *(["*", *kw_params] if kw_params else [])])
     src = f"def __init__({signature}):\n    " + ("\n    ".join(body) or "pass") + "\n"
     ns: dict = {}
     exec(src, env, ns)  # noqa: S102 - field names are Python identifiers of pdsl's own classes, not user text

@@ -6,7 +6,7 @@ import copy
 import dataclasses
 import pickle
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar  # noqa: F401 - dataclass resolves the string annotation "ClassVar[str]" through it
 
 import pytest
 
@@ -125,3 +125,46 @@ def test_pdsl_representations_are_records():
     assert dataclasses.replace(n, text="1.0").text == "1.0"
     assert pickle.loads(pickle.dumps(n)) == n
     assert isinstance(n, A.Expr)
+
+
+@record(kw_only=False, slots=False)
+class Positional:
+    a: int
+    b: tuple = ()
+
+    @property
+    def n(self):
+        return len(self.b)
+
+
+def test_positional_and_dict_variants_as_dataclass():
+    from functools import cached_property
+
+    @record(kw_only=False, slots=False)
+    class Cached:
+        x: int
+
+        @cached_property
+        def doubled(self):
+            return 2 * self.x
+
+    p = Positional(1, (2, 3))
+    assert p == Positional(a=1, b=(2, 3)) and p.n == 2 and hash(p) == hash(Positional(1, (2, 3)))
+    assert Positional.__match_args__ == ("a", "b")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.a = 2
+    q = pickle.loads(pickle.dumps(p))
+    assert q == p and q.__dict__ == {"a": 1, "b": (2, 3)}
+    c = Cached(3)
+    assert c.doubled == 6 and c.doubled == 6  # cached_property writes the instance __dict__ itself
+    with pytest.raises(TypeError):
+        Positional()
+
+    @record(kw_only=False)
+    class Mixed:
+        a: int
+        b: int = dataclasses.field(default=0, kw_only=True)
+
+    with pytest.raises(TypeError):
+        Mixed(1, 2)
+    assert Mixed(1, b=2).b == 2

@@ -14,13 +14,13 @@ exogenous inputs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import casadi as ca
 import numpy as np
 
 from ..diagnostics import PdslError  # noqa: F401 (historical import site)
+from ..records import record
 
 if TYPE_CHECKING:  # sympy and the lowering are imported by to_casadi only: a cached NumericSystem needs neither
     from ..lower.ir import SymbolicSystem
@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # sympy and the lowering are imported by to_casadi only: a ca
 __all__ = ["NumericSystem", "to_casadi"]
 
 
-@dataclass(frozen=True)
+@record(kw_only=False, slots=False)
 class NumericSystem:
     system: SymbolicSystem
     kind: str  # "SX" or "MX"

@@ -36,6 +36,7 @@ import sympy as sp
 from ..diagnostics import Collector, PdslError, Span
 from ..parse import ast as A
 from ..parse.parser import parse_file
+from ..records import record
 
 __all__ = ["Program", "load_program", "flatten", "std_dir", "uses_composition", "DOMAINS"]
 
@@ -62,7 +63,7 @@ def uses_composition(model: A.ModelDef) -> bool:
 
 
 # ====================================================================== imports
-@dataclass(frozen=True)
+@record(kw_only=False, slots=False)
 class Program:
     """A file and what it imports: for every file (by path), the models visible in it by name."""
 

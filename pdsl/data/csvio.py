@@ -8,18 +8,18 @@ import os
 import re
 import tempfile
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..diagnostics import PdslError, Span, register_source, source_text
+from ..records import record
 
 __all__ = ["Table", "read_table", "map_columns", "parse_column_map", "write_table", "atomic_path", "strict_float",
            "shown_value", "cell_span", "split_header", "header_with_unit"]
 
 
-@dataclass(frozen=True)
+@record(kw_only=False, slots=False)
 class Table:
     path: str
     columns: tuple[str, ...]

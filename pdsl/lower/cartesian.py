@@ -54,12 +54,19 @@ from itertools import combinations
 import numpy as np
 import sympy as sp
 
-from ..records import record
 from .. import symbols as S
 from ..diagnostics import Collector, PdslError, Span
+from ..records import record
 from ..resolve.model import Body, Connector, Model, Param, PointRef
-from .common import FORMULATIONS, check_finite, check_no_unsupported, make_state, partial_derivatives, resolve_input_laws
-from .ir import BodySummary, Segment, Constraint, Equation, SymbolicSystem
+from .common import (
+    FORMULATIONS,
+    check_finite,
+    check_no_unsupported,
+    make_state,
+    partial_derivatives,
+    resolve_input_laws,
+)
+from .ir import BodySummary, Constraint, Equation, Segment, SymbolicSystem
 from .registry import Formalism, LowerOptions, register
 
 __all__ = ["lower_cartesian", "node_mass_matrix", "node_mass_inverse", "CartesianSystem", "STABILIZATIONS",

@@ -13,13 +13,11 @@ DAE solver. An explicit ODE is the special case A = I. Each row is an
 
 from __future__ import annotations
 
-
 import sympy as sp
 
-from ..records import record
 from ..diagnostics import Span
+from ..records import record
 from ..resolve.model import Input, Neural, Output, Param
-
 
 
 @record

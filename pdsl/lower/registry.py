@@ -16,10 +16,10 @@ Hamiltonian, then plain equations), which reports statements it does not use as
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
 from typing import Callable
 
 from ..diagnostics import PdslError
+from ..records import record
 from ..resolve.model import Model
 from .ir import SymbolicSystem
 
@@ -32,7 +32,7 @@ STABILIZATIONS = ("none", "baumgarte")
 _BUILTIN = ("pdsl.lower.composite", "pdsl.lower.port_hamiltonian", "pdsl.lower.cartesian", "pdsl.lower.hamel", "pdsl.lower.generalized", "pdsl.lower.plain")
 
 
-@dataclass(frozen=True, slots=True)
+@record(kw_only=False)
 class LowerOptions:
     """What a lowering may be asked for, checked once here."""
 
@@ -46,7 +46,7 @@ class LowerOptions:
             raise PdslError.at("BadOption", f"stabilize={self.stabilize!r}: unknown", hint="one of: " + ", ".join(STABILIZATIONS))
 
 
-@dataclass(frozen=True, slots=True)
+@record(kw_only=False)
 class Formalism:
     """A formalism plugin."""
 

@@ -19,9 +19,9 @@ from dataclasses import replace
 
 import sympy as sp
 
-from ..records import record
 from .. import symbols as S
 from ..diagnostics import PdslError
+from ..records import record
 from .common import scan
 from .ir import Constraint, Equation, SymbolicSystem
 

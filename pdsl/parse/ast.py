@@ -7,10 +7,8 @@ subclasses. Nothing downstream of the parser ever sees a lark ``Tree``.
 
 from __future__ import annotations
 
-
-from ..records import record
 from ..diagnostics import Span
-
+from ..records import record
 
 
 # ---------------------------------------------------------------- expressions

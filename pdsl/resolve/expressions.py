@@ -8,19 +8,18 @@ needs them.
 
 from __future__ import annotations
 
-from collections import ChainMap
-from dataclasses import dataclass
-from typing import Callable, Mapping
-
 import difflib
 import math
 import re
 import sys
+from collections import ChainMap
+from typing import Callable, Mapping
 
 import sympy as sp
 
 from ..diagnostics import PdslError, Span
 from ..parse import ast as A
+from ..records import record
 from .model import PointRef
 
 Value = object  # sympy.Expr | sympy.ImmutableMatrix | Ref
@@ -32,7 +31,7 @@ class Ref:
     kind = "reference"
 
 
-@dataclass(frozen=True)
+@record(kw_only=False, slots=False)
 class ArrayRef(Ref):
     name: str
     lo: int
@@ -54,7 +53,7 @@ class ArrayRef(Ref):
         return sp.ImmutableMatrix([[v] for v in self.items])
 
 
-@dataclass(frozen=True)
+@record(kw_only=False, slots=False)
 class IndexedArray(ArrayRef):
     """An array made by indexed declarations (``flow_store cap[i](q[i]) ... for i in 1..N``): its indices are
     the ones the statements declared, in any order and possibly with gaps. ``items[k]`` has index ``indices[k]``."""
@@ -109,7 +108,7 @@ def _index_text(indices) -> str:
     return ", ".join(out)
 
 
-@dataclass(frozen=True)
+@record(kw_only=False, slots=False)
 class BodyRef(Ref):
     """A body (or ``ground``); as a value it is the position of its centre."""
 
@@ -168,7 +167,7 @@ class BodyRef(Ref):
         return PointRef(body=self.name, local=tuple(coords), position=pos, text=f"{self.name}.at(...)", span=span)
 
 
-@dataclass(frozen=True)
+@record(kw_only=False, slots=False)
 class JointRef(Ref):
     """A named joint or hinge (``joint pivot: A, B``): in 2-D ``pivot.angle`` and ``pivot.rate``."""
 
@@ -179,7 +178,7 @@ class JointRef(Ref):
     kind = "joint"
 
 
-@dataclass(frozen=True)
+@record(kw_only=False, slots=False)
 class PortRef(Ref):
     """A kinematic port (``port axle: rotational = pivot.rate``): the target of ``force … on axle``."""
 
@@ -188,7 +187,7 @@ class PortRef(Ref):
     kind = "kinematic port"
 
 
-@dataclass(frozen=True)
+@record(kw_only=False, slots=False)
 class NeuralRef(Ref):
     name: str
     fn: object
@@ -196,7 +195,7 @@ class NeuralRef(Ref):
     kind = "neural network"
 
 
-@dataclass(frozen=True)
+@record(kw_only=False, slots=False)
 class ElementRef(Ref):
     name: str
     element_kind: str
@@ -237,7 +236,7 @@ BUILTIN_FUNCTIONS = frozenset(_SCALAR_FUNCS) | {"dot", "norm", "cross", "sum", "
 CONSTANTS = {"pi": sp.pi}
 
 
-@dataclass(frozen=True)
+@record(kw_only=False, slots=False)
 class Unusable:
     """Why a name that exists in the model cannot be used at this place."""
 

@@ -11,9 +11,8 @@ from typing import ClassVar, Mapping
 
 import sympy as sp
 
-from ..records import record
 from ..diagnostics import Span
-
+from ..records import record
 
 
 @record

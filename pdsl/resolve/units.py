@@ -20,18 +20,19 @@ unit(H)·s/unit(q) of its coordinate.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from fractions import Fraction
 
 from ..diagnostics import Diagnostic, PdslError, Span
 from ..parse import ast as A
+from ..records import record
 
 __all__ = ["Dim", "parse_unit", "check_units", "format_dim", "DIMENSIONLESS"]
 
 _BASE = ("kg", "m", "s", "A", "K", "mol", "cd")
 
 
-@dataclass(frozen=True)
+@record(kw_only=False, slots=False)
 class Dim:
     """Exponents of the SI base units kg, m, s, A, K, mol, cd."""
 

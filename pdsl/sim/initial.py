@@ -7,7 +7,6 @@ each step clamped to half the RMS scale of the state.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Mapping
 
 import casadi as ca
@@ -15,11 +14,12 @@ import numpy as np
 
 from ..backend.functions import NumericSystem
 from ..diagnostics import PdslError
+from ..records import record
 
 __all__ = ["Projector", "initial_state", "random_initial_states", "sampled_initial_states", "SampledStates"]
 
 
-@dataclass(frozen=True)
+@record(kw_only=False, slots=False)
 class Projection:
     x: np.ndarray
     residual_before: float
@@ -204,7 +204,7 @@ def random_initial_states(num: NumericSystem, base: np.ndarray, p: np.ndarray, n
     return np.array([proj.project(d, p).x for d in draws])
 
 
-@dataclass(frozen=True)
+@record(kw_only=False, slots=False)
 class SampledStates:
     """Initial states drawn by a declared sampler: ``x`` projected, ``raw`` as drawn (rows = draws)."""
 

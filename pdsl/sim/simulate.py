@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 from typing import Mapping
 
@@ -19,6 +19,7 @@ import numpy as np
 from ..backend.functions import NumericSystem
 from ..diagnostics import PdslError
 from ..options import parse_assignment, parse_float  # noqa: F401 (re-exported; casadi-free home)
+from ..records import record
 
 # sympy, the parser and the resolver are imported where an expression is read (input_from_expression):
 # simulating a cached model imports none of them.
@@ -44,7 +45,7 @@ NATIVE = ("dop853",)
 FUNCTIONAL_FROM = 64
 
 
-@dataclass(frozen=True)
+@record(kw_only=False, slots=False)
 class InputSignal:
     """An exogenous input bound to ``fn(t, x, p) -> value`` (CasADi-callable)."""
 
@@ -57,7 +58,7 @@ class InputSignal:
     switches: object = None
 
 
-@dataclass(frozen=True)
+@record(kw_only=False, slots=False)
 class SimulationResult:
     t: np.ndarray
     x: np.ndarray  # (len(t), nx)
@@ -206,7 +207,7 @@ STABILIZERS = ("none", "project", "baumgarte")
 BAUMGARTE_FACTOR = 3.0  # default gains: critically damped, this many times the fastest rate of the motion
 
 
-@dataclass(frozen=True)
+@record(kw_only=False, slots=False)
 class BaumgarteGains:
     """α, β of Φ̈ + 2αΦ̇ + β²Φ = 0 and how they were chosen."""
 
@@ -299,7 +300,7 @@ def _apply_gains(num, st: "_Setup", X0, grid, alpha, beta, params) -> tuple["_Se
     return replace(st, p=p), {"baumgarte": gains}
 
 
-@dataclass(frozen=True)
+@record(kw_only=False, slots=False)
 class _Setup:
     p: np.ndarray
     integrator: str
