@@ -237,7 +237,7 @@ class SymbolicSystem:
         w = self.unknowns
         residual = sp.Matrix([e.lhs - e.rhs for e in self.differential])
         A = residual.jacobian(w)
-        b = -residual.subs({s: 0 for s in w})
+        b = -residual.xreplace({s: sp.Integer(0) for s in w})  # w are symbols: xreplace is subs without its search
         return A, b
 
     def is_explicit(self) -> bool:

@@ -1352,7 +1352,7 @@ def classify_constraint(residual: sp.Expr, span: Span) -> str:
                 span,
                 "constraints are holonomic Φ(q) = 0 or linear velocity constraints a(q)·der(q) = 0",
             )
-    affine = residual.subs({d: 0 for d in ders})
+    affine = residual.xreplace({d: sp.Integer(0) for d in ders})  # ders are symbols: subs without its search
     if sp.simplify(affine) != 0:
         raise PdslError.at(
             "BadConstraint",
