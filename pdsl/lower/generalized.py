@@ -14,6 +14,7 @@ from ..resolve.model import Model
 from .common import check_finite, check_no_unsupported, make_state, resolve_input_laws
 from .ir import Constraint, Equation, SymbolicSystem
 from .registry import Formalism, LowerOptions, register
+from .structural import derivative
 
 
 def _coords(model: Model, formalism: str):
@@ -58,12 +59,12 @@ def lower_lagrangian(model: Model) -> SymbolicSystem:
         Q[f.coord] += f.force
         force_origin[f.coord] = f.span
     n = len(q)
-    p = [sp.diff(L, vi) for vi in v]  # generalized momenta ∂L/∂q̇
+    p = [derivative(L, vi) for vi in v]  # generalized momenta ∂L/∂q̇
     _check_momenta_free_of_inputs(model, p, span)
     rows = []
     for i in range(n):
-        lhs = sum((sp.diff(p[i], v[j]) * acc[j] for j in range(n)), sp.Integer(0))
-        rhs = sp.diff(L, q[i]) - sum((sp.diff(p[i], q[j]) * v[j] for j in range(n)), sp.Integer(0)) - sp.diff(p[i], S.TIME)
+        lhs = sum((derivative(p[i], v[j]) * acc[j] for j in range(n)), sp.Integer(0))
+        rhs = derivative(L, q[i]) - sum((derivative(p[i], q[j]) * v[j] for j in range(n)), sp.Integer(0)) - derivative(p[i], S.TIME)
         rhs = rhs + Q[q[i]]
         rows.append([lhs, rhs, f"Euler–Lagrange for {coords[i].name}"])
 
@@ -74,21 +75,21 @@ def lower_lagrangian(model: Model) -> SymbolicSystem:
         multipliers.append(lam)
         if c.kind == "holonomic":
             _check_config_only(c.residual, set(q), c.span, model)
-            G = [sp.diff(c.residual, x) for x in q]
-            dt_term = sp.diff(c.residual, S.TIME)
+            G = [derivative(c.residual, x) for x in q]
+            dt_term = derivative(c.residual, S.TIME)
             holonomic.append(Constraint(residual=c.residual, origin=c.span, label=f"constraint {k + 1}"))
             if all(g == 0 for g in G):
                 raise PdslError.at("DegenerateConstraint", "this constraint does not involve any coordinate", c.span)
             vel = sum((G[j] * v[j] for j in range(n)), dt_term)
         else:
-            G = [sp.diff(c.residual, vi) for vi in v]
+            G = [derivative(c.residual, vi) for vi in v]
             vel = c.residual
             extra = (c.residual.free_symbols & {S.der(x) for x in model_symbols(model)}) - set(v)
             if extra:
                 raise PdslError.at("BadConstraint", "a velocity constraint may only use der() of coordinates", c.span)
         # d/dt (G q̇ + ∂Φ/∂t) = G q̈ + (∂vel/∂q) q̇ + ∂vel/∂t = 0
         lhs = sum((G[j] * acc[j] for j in range(n)), sp.Integer(0))
-        rhs = -sum((sp.diff(vel, q[j]) * v[j] for j in range(n)), sp.Integer(0)) - sp.diff(vel, S.TIME)
+        rhs = -sum((derivative(vel, q[j]) * v[j] for j in range(n)), sp.Integer(0)) - derivative(vel, S.TIME)
         constraint_rows.append(Equation(lhs=lhs, rhs=rhs, origin=c.span, label=f"{c.kind} constraint {k + 1} (acceleration level)"))
         for i in range(n):
             rows[i][0] = rows[i][0] - G[i] * lam  # M q̈ − Gᵀλ = f
@@ -164,7 +165,7 @@ def _check_symbols(expr, allowed, span, what) -> None:
 def _check_regular(model: Model, p, v, span) -> None:
     """The mass matrix ∂²L/∂q̇² must not be identically singular (checked at a random point)."""
 
-    M = sp.Matrix([[sp.diff(pi, vj) for vj in v] for pi in p])
+    M = sp.Matrix([[derivative(pi, vj) for vj in v] for pi in p])
     if any(M[i, i] == 0 and all(M[i, j] == 0 for j in range(len(v))) for i in range(len(v))):
         i = next(i for i in range(len(v)) if all(M[i, j] == 0 for j in range(len(v))))
         raise PdslError.at(
@@ -202,10 +203,10 @@ def lower_hamiltonian(model: Model) -> SymbolicSystem:
     p_states = [make_state(m.name, m.symbol, m.start, m.span) for m in momenta]
     rows = []
     for qs, ps in zip(q_states, p_states):
-        rows.append(Equation(lhs=qs.rate, rhs=sp.diff(H, ps.symbol), origin=span, label=f"∂H/∂{ps.name}"))
+        rows.append(Equation(lhs=qs.rate, rhs=derivative(H, ps.symbol), origin=span, label=f"∂H/∂{ps.name}"))
     for qs, ps in zip(q_states, p_states):
         rows.append(
-            Equation(lhs=ps.rate, rhs=-sp.diff(H, qs.symbol) + Q[qs.symbol], origin=span, label=f"−∂H/∂{qs.name}")
+            Equation(lhs=ps.rate, rhs=-derivative(H, qs.symbol) + Q[qs.symbol], origin=span, label=f"−∂H/∂{qs.name}")
         )
     return SymbolicSystem(
         name=model.name,

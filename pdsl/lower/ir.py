@@ -234,9 +234,11 @@ class SymbolicSystem:
 
     def linear_system(self) -> tuple[sp.Matrix, sp.Matrix]:
         """(A, b) with A·w = b, read off the differential rows (which are linear in w)."""
+        from .structural import derivative  # residual.jacobian(w), the same entries without sympy's Derivative
+
         w = self.unknowns
         residual = sp.Matrix([e.lhs - e.rhs for e in self.differential])
-        A = residual.jacobian(w)
+        A = sp.Matrix(len(residual), len(w), lambda i, j: derivative(residual[i], w[j]))
         b = -residual.xreplace({s: sp.Integer(0) for s in w})  # w are symbols: xreplace is subs without its search
         return A, b
 
