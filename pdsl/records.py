@@ -19,6 +19,8 @@ instances of the same class), ``repr`` over the ``repr`` fields, assignment and 
 from __future__ import annotations
 
 import dataclasses
+import keyword
+import reprlib
 from operator import attrgetter
 
 __all__ = ["record"]
@@ -56,7 +58,7 @@ def record(cls=None, /, *, kw_only: bool = True, slots: bool = True):
     return cls
 
 
-def _set(cls, name, value):
+def _set(cls, name: str, value) -> None:
     type.__setattr__(cls, name, value)
 
 
@@ -72,8 +74,16 @@ def _getter(names: tuple[str, ...]):
 
 def _make_init(cls, fields):
     """``__init__(self, a, b=<default>, *, c=<factory>)``, as the frozen dataclass's: the keyword-only fields
-    (all of them under ``kw_only=True``) after the ``*``."""
-    env = {"__setattr": object.__setattr__, "__factory_marker": _HasFactory}
+    (all of them under ``kw_only=True``) after the ``*``.
+
+    The source compiled here holds nothing but the field names of a class defined in Python source (a class
+    body's annotations; model text never makes classes), each checked to be a plain identifier; defaults and
+    factories are passed as objects in the namespace, never written into the text."""
+    for f in fields:
+        if not (isinstance(f.name, str) and f.name.isidentifier() and not keyword.iskeyword(f.name)
+                and not f.name.startswith("__")):
+            raise TypeError(f"@record {cls.__qualname__}: field name {f.name!r} is not a plain identifier")
+    env = {"__setattr": object.__setattr__, "__factory_marker": _FACTORY}
     params, kw_params, body = [], [], []
     for f in fields:
         if not f.init:
@@ -101,21 +111,21 @@ def _make_init(cls, fields):
     signature = ", ".join(["self", *params, *(["*", *kw_params] if kw_params else [])])
     src = f"def __init__({signature}):\n    " + ("\n    ".join(body) or "pass") + "\n"
     ns: dict = {}
-    exec(src, env, ns)  # noqa: S102 - field names are Python identifiers of pdsl's own classes, not user text
+    exec(src, env, ns)  # noqa: S102 - only checked identifiers of a Python class's own fields (see above)
     init = ns["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__module__ = cls.__module__
     return init
 
 
-class _HasFactory:
+class _Factory:
     """The default of a parameter whose field has a ``default_factory``."""
 
     def __repr__(self):
         return "<factory>"
 
 
-_HasFactory = _HasFactory()
+_FACTORY = _Factory()
 
 
 # ---------------------------------------------------------------- the shared methods
@@ -129,11 +139,8 @@ def _hash(self):
     return hash(self.__record_hash__(self))
 
 
+@reprlib.recursive_repr()
 def _repr(self):
-    return _repr_guarded(self)
-
-
-def _repr_body(self):
     parts = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__record_repr__)
     return f"{self.__class__.__qualname__}({parts})"
 
@@ -154,14 +161,6 @@ def _setstate(self, state):
     for n, v in zip(self.__record_names__, state):
         object.__setattr__(self, n, v)
 
-
-def _make_repr():
-    import reprlib
-
-    return reprlib.recursive_repr()(_repr_body)
-
-
-_repr_guarded = _make_repr()
 
 _SHARED = {
     "__eq__": _eq,

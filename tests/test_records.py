@@ -168,3 +168,10 @@ def test_positional_and_dict_variants_as_dataclass():
     with pytest.raises(TypeError):
         Mixed(1, 2)
     assert Mixed(1, b=2).b == 2
+
+
+def test_only_plain_identifiers_reach_the_generated_init():
+    """The one exec of record sees field names only; a name that is not a plain identifier is refused."""
+    bad = type("Bad", (), {"__annotations__": {"__secret": "int"}})
+    with pytest.raises(TypeError, match="not a plain identifier"):
+        record(bad)

@@ -76,7 +76,6 @@ from .structural import zero_or_residual as _zero_or_residual
 __all__ = ["lower_port_hamiltonian", "is_rational", "PORT_HAMILTONIAN"]
 
 
-
 def lower_port_hamiltonian(model: Model) -> SymbolicSystem:
     check_no_unsupported(model, {"hamiltonian"}, "port-Hamiltonian")
     resolve_input_laws(model)
