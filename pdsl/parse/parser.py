@@ -58,75 +58,11 @@ class LineJoiner:
 
 @functools.cache
 def _lark() -> Lark:
-    """The LALR parser; its tables are kept in the pdsl cache directory (``Lark.save``), keyed by the grammar
-    text and the lark version, so that a later process loads them (~15 ms) instead of rebuilding (~0.1-0.2 s)."""
-    import hashlib
-    import io
+    """The LALR parser, from the tables generated into the package (:mod:`pdsl.parse.tables`): no pickle and
+    no cache file are ever read or written; a grammar edited without regenerating is built in memory."""
+    from . import tables
 
-    import lark
-
-    grammar = grammar_path().read_text(encoding="utf-8")
-    tag = hashlib.sha256(f"{lark.__version__}\x00{_LARK_OPTIONS_TAG}\x00{grammar}".encode()).hexdigest()[:32]
-    stored = _lark_table_file(tag)
-    if stored is not None and stored.is_file():
-        try:
-            with open(stored, "rb") as fh:
-                return Lark.load(fh)
-        except Exception:  # noqa: BLE001 - a damaged or foreign file: rebuild (and rewrite) it
-            pass
-    parser = Lark(
-        grammar,
-        parser="lalr",
-        lexer="contextual",
-        postlex=LineJoiner(),
-        propagate_positions=True,
-        maybe_placeholders=True,
-        start=["start", "expr_only"],
-    )
-    if stored is not None:
-        try:
-            buf = io.BytesIO()
-            parser.save(buf)
-            _atomic_write_bytes(stored, buf.getvalue())
-        except Exception:  # noqa: BLE001 - the table cache is an optimisation only
-            pass
-    return parser
-
-
-_LARK_OPTIONS_TAG = "lalr contextual LineJoiner positions placeholders start,expr_only v1"
-
-
-def _lark_table_file(tag: str) -> Path | None:
-    """Where the parser tables go (the compiled-model cache's directory), or None when it is not usable."""
-    import os
-
-    from ..cache import cache_dir
-
-    root = cache_dir()
-    try:
-        root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if hasattr(os, "getuid") and root.stat().st_uid != os.getuid():
-            return None
-    except OSError:
-        return None
-    return root / f"lark-{tag}.tables"
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    import os
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    return tables.load(grammar_path().read_text(encoding="utf-8"), LineJoiner())
 
 
 # Deepest expression nesting accepted (chains such as a + b + c count as one level).
