@@ -491,13 +491,33 @@ class _Flattener:
 
     # ------------------------------------------------------------ renaming
     def _rn_node(self, node, ctx: _Ctx):
-        """A copy of a statement or declaration part with its expressions renamed and spans extended."""
+        """A copy of a statement or declaration part with its expressions renamed and spans extended.
+
+        Iterative (:func:`_rebuild`): a sum of thousands of terms is a left chain thousands of nodes deep."""
+        return _rebuild(node, ctx, self._rn_step)
+
+    def _rn(self, e: A.Expr, ctx: _Ctx) -> A.Expr:
+        return _rebuild(e, ctx, self._rn_step)
+
+    def _rn_step(self, node, ctx: _Ctx):
+        """One node of the renaming walk: ``(value, None)`` when it is done, else ``(build, children)``."""
         if isinstance(node, A.Expr):
-            return self._rn(node, ctx)
+            if isinstance(node, A.Name):
+                return self._rn_name(node, ctx), None
+            if isinstance(node, A.Attr | A.Index):
+                hit = self._collapse(node, ctx)
+                if hit is not None:
+                    return hit, None
+            if isinstance(node, A.Generator | A.MemberLoop):
+                inner = ctx.bound({node.var: None})
+                names = [f.name for f in fields(node) if isinstance(getattr(node, f.name), A.Expr | tuple | Span)]
+                return _builder(node, names), [(getattr(node, n), inner if n == "body" else ctx) for n in names]
+            names = [f.name for f in fields(node) if isinstance(getattr(node, f.name), A.Expr | tuple | Span | A.KwArg)]
+            return _builder(node, names), [(getattr(node, n), ctx) for n in names]
         if isinstance(node, tuple):
-            return tuple(self._rn_node(x, ctx) for x in node)
+            return tuple, [(x, ctx) for x in node]
         if isinstance(node, Span):
-            return ctx.sp(node)
+            return ctx.sp(node), None
         if isinstance(node, A.Stmt | A.Decl | A.KwArg | A.Range | A.Loop | A.Attribute | A.PortDecl):
             if isinstance(node, A.ResistiveStmt | A.TwoPortStmt):
                 local = {"e", "f"} if isinstance(node, A.ResistiveStmt) else {f"{v}_{q}" for v in "ef" for q in (node.port_a, node.port_b)}
@@ -505,32 +525,19 @@ class _Flattener:
             if isinstance(node, A.Stmt) and node.loops:
                 # the statement's own loop variables stay names (the resolver expands the loop)
                 ctx = replace(ctx, loop={**ctx.loop, **{lp.var: None for lp in node.loops}})
-            changes = {f.name: self._rn_node(getattr(node, f.name), ctx) for f in fields(node)
-                       if isinstance(getattr(node, f.name), A.Expr | tuple | Span | A.Range | A.KwArg | A.Decl)}
-            return replace(node, **changes)
-        return node
+            names = [f.name for f in fields(node)
+                     if isinstance(getattr(node, f.name), A.Expr | tuple | Span | A.Range | A.KwArg | A.Decl)]
+            return _builder(node, names), [(getattr(node, n), ctx) for n in names]
+        return node, None
 
-    def _rn(self, e: A.Expr, ctx: _Ctx) -> A.Expr:
-        if isinstance(e, A.Name):
-            if e.id in ctx.loop:
-                v = ctx.loop[e.id]
-                return A.Name(span=ctx.sp(e.span), id=e.id) if v is None else v
-            ent = ctx.table.get(e.id)
-            if ent is None:
-                return replace(e, span=ctx.sp(e.span))
-            return self._entry_ast(ent, e.id, ctx.sp(e.span))
-        if isinstance(e, A.Attr | A.Index):
-            hit = self._collapse(e, ctx)
-            if hit is not None:
-                return hit
-        if isinstance(e, A.Generator | A.MemberLoop):
-            inner = ctx.bound({e.var: None})
-            changes = {f.name: self._rn_node(getattr(e, f.name), inner if f.name == "body" else ctx)
-                       for f in fields(e) if isinstance(getattr(e, f.name), A.Expr | tuple | Span)}
-            return replace(e, **changes)
-        changes = {f.name: self._rn_node(getattr(e, f.name), ctx) for f in fields(e)
-                   if isinstance(getattr(e, f.name), A.Expr | tuple | Span | A.KwArg)}
-        return replace(e, **changes)
+    def _rn_name(self, e: A.Name, ctx: _Ctx) -> A.Expr:
+        if e.id in ctx.loop:
+            v = ctx.loop[e.id]
+            return A.Name(span=ctx.sp(e.span), id=e.id) if v is None else v
+        ent = ctx.table.get(e.id)
+        if ent is None:
+            return replace(e, span=ctx.sp(e.span))
+        return self._entry_ast(ent, e.id, ctx.sp(e.span))
 
     def _entry_ast(self, ent, name: str, span: Span) -> A.Expr:
         if isinstance(ent, _Inst | _InstArray):
@@ -832,39 +839,84 @@ def _member_name(m: A.Expr) -> str | None:
 
 def _text(e) -> str:
     """A span-free rendering of an expression (to recognise the same point written twice)."""
+    return _rebuild(e, None, _text_step)
+
+
+def _text_step(e, _ctx):
     if isinstance(e, A.Name):
-        return e.id
+        return e.id, None
     if isinstance(e, A.Num):
-        return repr(e.value)
+        return repr(e.value), None
     if isinstance(e, A.Expr):
         parts = [type(e).__name__]
+        children = []
         for f in fields(e):
             if f.name == "span":
                 continue
             v = getattr(e, f.name)
-            parts.append(_text(v) if isinstance(v, A.Expr | tuple) else repr(v))
-        return "(" + " ".join(parts) + ")"
+            if isinstance(v, A.Expr | tuple):
+                parts.append(None)
+                children.append((v, None))
+            else:
+                parts.append(repr(v))
+
+        def build(texts, parts=parts):
+            it = iter(texts)
+            return "(" + " ".join(next(it) if p is None else p for p in parts) + ")"
+        return build, children
     if isinstance(e, tuple):
-        return "[" + ",".join(_text(x) for x in e) + "]"
-    return repr(e)
+        return (lambda texts: "[" + ",".join(texts) + "]"), [(x, None) for x in e]
+    return repr(e), None
 
 
 def _substitute(node, subst: Mapping[str, A.Expr]):
-    """Replace names (point-port aliases, signal inputs) everywhere in a statement."""
+    """Replace names (point-port aliases, signal inputs) everywhere in a statement (iteratively)."""
+    return _rebuild(node, subst, _substitute_step)
+
+
+def _substitute_step(node, subst):
     if isinstance(node, A.Name):
-        return subst.get(node.id, node)
+        return subst.get(node.id, node), None
     if isinstance(node, tuple):
-        return tuple(_substitute(x, subst) for x in node)
+        return (lambda new, old=node: old if all(a is b for a, b in zip(new, old)) else tuple(new)), [(x, subst) for x in node]
     if isinstance(node, A.Expr | A.Stmt | A.Decl | A.KwArg | A.Range | A.Loop | A.Attribute):
-        changes = {}
-        for f in fields(node):
-            v = getattr(node, f.name)
-            if isinstance(v, A.Expr | tuple | A.Decl | A.KwArg | A.Range | A.Loop | A.Attribute):
-                nv = _substitute(v, subst)
-                if nv is not v:
-                    changes[f.name] = nv
-        return replace(node, **changes) if changes else node
-    return node
+        names = [f.name for f in fields(node)
+                 if isinstance(getattr(node, f.name), A.Expr | tuple | A.Decl | A.KwArg | A.Range | A.Loop | A.Attribute)]
+
+        def build(new, node=node, names=names):
+            changes = {n: v for n, v in zip(names, new) if v is not getattr(node, n)}
+            return replace(node, **changes) if changes else node
+        return build, [(getattr(node, n), subst) for n in names]
+    return node, None
+
+
+def _builder(node, names):
+    """Rebuild ``node`` with new values of the fields ``names`` (in order)."""
+    return lambda values: replace(node, **dict(zip(names, values)))
+
+
+def _rebuild(root, ctx, step):
+    """A bottom-up rebuild of a tree without recursion (a long sum is a left chain thousands of nodes deep).
+
+    ``step(node, ctx)`` returns ``(value, None)`` for a finished node, or ``(build, children)`` with
+    ``children`` a list of ``(child, ctx)``: the children are rebuilt in order, then ``build(values)``."""
+    results: list = []
+    stack: list = [(False, root, ctx)]
+    while stack:
+        built, a, b = stack.pop()
+        if built:  # a: the build function, b: how many results are its children
+            k = len(results) - b
+            values = results[k:]
+            del results[k:]
+            results.append(a(values))
+            continue
+        value, children = step(a, b)
+        if children is None:
+            results.append(value)
+            continue
+        stack.append((True, value, len(children)))
+        stack.extend((False, child, c) for child, c in reversed(children))
+    return results[0]
 
 
 def _drop_decl(stmt: A.Stmt, name: str) -> A.Stmt:
