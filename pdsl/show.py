@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 
 import sympy as sp
 
@@ -52,94 +53,89 @@ def _latex_base(name: str) -> str:
     return name if len(name) == 1 else r"\mathrm{" + name + "}"
 
 
-_SIMPLIFY_SECONDS_EACH = 2.0  # wall-clock bound of one sp.simplify call (display only)
-_SIMPLIFY_SECONDS_TOTAL = 10.0  # ... and of all of them in one render; then only the light tidy
+# Bounds of sp.simplify for display, in operations (Python function calls, C calls included, counted by a profile
+# hook while it runs), never in seconds: the same model shows the same way on a calm and on a busy machine.
+# ~2e6 operations a second here: 4e6 each (the old 2 s deadline), 2e7 per render (the old 10 s total).
+_SIMPLIFY_OPS_EACH = 4_000_000
+_SIMPLIFY_OPS_TOTAL = 20_000_000
 _HEAVY_OPS = 60  # above this size, radicals of sums (‖r‖⁵ of dipole fields) make simplify crawl
 _NON_SMOOTH = (sp.Abs, sp.sign, sp.Piecewise, sp.Min, sp.Max, sp.Heaviside)
 _HUGE_BITS = 100  # integers and rational parts beyond ~1e30 are not simplified (display only)
 
 
-class _Timeout(BaseException):
-    """Raised by the deadline's SIGALRM handler. A BaseException, so that no ``except Exception`` inside
-    sympy swallows it (that let a timed-out simplify run on for minutes, with no alarm left to stop it)."""
+class _OverBudget(BaseException):
+    """Raised by the operation counter. A BaseException, so that no ``except Exception`` inside sympy
+    swallows it (a swallowed stop would let one simplify run on, uncounted)."""
 
 
 class _Budget:
-    """Time left for ``sp.simplify`` in one render (``show`` must finish in seconds, whatever the model).
+    """Operations left for ``sp.simplify`` in one render (``show`` must finish in bounded time, whatever the model).
 
-    ``sp.simplify`` has no cost bound: on a magnetic-pendulum force (≈250 operations with
-    ‖x − r_i‖⁻⁵ terms) a single call ran for minutes. Each call gets a deadline (a SIGALRM
-    timer, in the main thread on POSIX); where none can be set, expressions of the slow kinds
-    are not simplified at all.
+    ``sp.simplify`` has no cost bound of its own: on a magnetic-pendulum force (≈250 operations with
+    ‖x − r_i‖⁻⁵ terms) a single call ran for minutes. Each call may spend ``each`` operations, all of them
+    together ``total``; an operation is a function call (Python or C) made inside the call, counted by a
+    ``sys.setprofile`` hook. The count depends only on the expression, sympy's version and what sympy has
+    cached in the process, not on the machine's load (a wall-clock deadline made two renders of one model
+    differ on a busy machine). Single C calls that run long (big-integer gcds) cannot be interrupted by any
+    counter: :func:`_slow_kind` keeps those expressions away from simplify altogether.
     """
 
-    def __init__(self, total: float | None = None, each: float | None = None):
-        self.left = _SIMPLIFY_SECONDS_TOTAL if total is None else total
-        self.each = _SIMPLIFY_SECONDS_EACH if each is None else each
-        self.timeouts = 0
+    def __init__(self, total: int | None = None, each: int | None = None):
+        self.left = _SIMPLIFY_OPS_TOTAL if total is None else total
+        self.each = _SIMPLIFY_OPS_EACH if each is None else each
+        self.timeouts = 0  # calls stopped by the budget
 
     def simplify(self, e: sp.Expr) -> sp.Expr:
         return self.call(lambda: sp.simplify(e), lambda: _light(e), e)
 
     def call(self, fn, fallback, *exprs):
         """``fn()`` within the budget, else ``fallback()`` (also when an expression is of a slow
-        kind and no deadline can be set, or when ``fn`` fails: display only)."""
-        import time
-
+        kind, or when ``fn`` fails: display only)."""
         if self.left <= 0:
             return fallback()
-        can_interrupt = _can_interrupt()
         if any(_slow_kind(e) for e in exprs):
-            # even with a deadline: sympy's big-integer gcd inside simplify is one C call that a SIGALRM
-            # cannot interrupt (a full-suite run hung > 10 min on the magnet pendulum's dipole forces)
+            # sympy's big-integer gcd inside simplify is one C call that no counter can interrupt (a full-suite
+            # run hung > 10 min on the magnet pendulum's dipole forces)
             return fallback()
-        start = time.monotonic()
+        counter = _Counter(min(self.each, self.left))
         try:
-            with _deadline(min(self.each, self.left) if can_interrupt else None):
+            with counter:
                 return fn()
-        except _Timeout:
+        except _OverBudget:
             self.timeouts += 1
             return fallback()
         except Exception:  # noqa: BLE001 - display only; fall back to the derived form
             return fallback()
         finally:
-            self.left -= time.monotonic() - start
+            self.left -= counter.count
 
 
 _BUDGET = _Budget()
 
 
-def _can_interrupt() -> bool:
-    import signal
-    import threading
+class _Counter:
+    """Count the calls made in the block (this thread) and raise :class:`_OverBudget` past ``limit``."""
 
-    return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    __slots__ = ("limit", "count", "_old")
 
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.count = 0
 
-class _deadline:
-    """Raise :class:`_Timeout` in the block after ``seconds`` (None: no deadline)."""
-
-    def __init__(self, seconds: float | None):
-        self.seconds = seconds
+    def _hook(self, frame, event, arg):
+        if event == "call" or event == "c_call":
+            self.count += 1
+            if self.count > self.limit:
+                sys.setprofile(None)  # no further events while the stop unwinds
+                raise _OverBudget
 
     def __enter__(self):
-        if self.seconds is None:
-            return self
-        import signal
-
-        def expire(signum, frame):
-            raise _Timeout
-
-        self._old = signal.signal(signal.SIGALRM, expire)
-        signal.setitimer(signal.ITIMER_REAL, max(self.seconds, 1e-3))
+        self._old = sys.getprofile()
+        sys.setprofile(self._hook)
         return self
 
     def __exit__(self, *exc):
-        if self.seconds is not None:
-            import signal
-
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, self._old)
+        sys.setprofile(self._old)
         return False
 
 
@@ -211,9 +207,31 @@ class _Printer:
         return f"{self.expr(lhs)} = {self.expr(rhs)}"
 
 
+_RENDERED: dict[tuple[int, str, bool], tuple[SymbolicSystem, str]] = {}  # the last few renders (see below)
+
+
 def render_system(system: SymbolicSystem, fmt: str = "text", *, simplify: bool = True) -> str:
+    """The system as text, Markdown or LaTeX. The same system renders the same way every time: simplify's budget
+    is counted in operations (see :class:`_Budget`), sympy's cache is cleared first so that what ran before in the
+    process does not change the count, and a repeated render (Jupyter's display of one model) is the first one's
+    text (sympy keeps facts on the symbols themselves, which would make a second render cheaper, so different)."""
+    memo = (id(system), fmt, simplify)
+    if memo in _RENDERED and _RENDERED[memo][0] is system:
+        return _RENDERED[memo][1]
+    text = _render(system, fmt, simplify)
+    if len(_RENDERED) >= 8:
+        _RENDERED.pop(next(iter(_RENDERED)))
+    _RENDERED[memo] = (system, text)
+    return text
+
+
+def _render(system: SymbolicSystem, fmt: str, simplify: bool) -> str:
     global _BUDGET
     _BUDGET = _Budget()
+    if simplify:
+        from sympy.core.cache import clear_cache
+
+        clear_cache()
     pr = _Printer(system, fmt)
     tidy = _tidy if simplify else (lambda e: e)
     if simplify and system.display == "expand-rational":
