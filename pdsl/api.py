@@ -35,8 +35,10 @@ def load(path: str | Path, model: str | None = None, *, consts: Mapping[str, int
     ``consts`` overrides ``const`` declarations (``{"N": 3}``); ``formulation`` chooses the
     Cartesian-mechanics form (``hamiltonian`` or ``lagrangian``). Errors in the file raise a
     :class:`~pdsl.diagnostics.PdslError` that prints ``file:line:col`` and the offending line."""
+    from .limits import read_text
+
     p = Path(path)
-    return Model(p, p.read_text(encoding="utf-8") if p.is_file() else None, model, consts, formulation)
+    return Model(p, read_text(p, what="model file") if p.is_file() else None, model, consts, formulation)
 
 
 @dataclass(frozen=True)

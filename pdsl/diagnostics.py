@@ -33,9 +33,11 @@ def register_source(path: str, text: str) -> None:
 def source_text(path: str) -> str | None:
     if path in _SOURCES:
         return _SOURCES[path]
+    from .limits import read_text  # bounded: an excerpt never reads a huge file or a device to its end
+
     try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+        return read_text(path)
+    except (OSError, UnicodeDecodeError, PdslError):
         return None
 
 

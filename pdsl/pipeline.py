@@ -130,9 +130,11 @@ def compile_model(
         store = C.ModelCache()
     key = None
     if store is not None and text is None:
+        from .limits import read_text
+
         try:
-            main_text = Path(source).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
+            main_text = read_text(source)
+        except (OSError, UnicodeDecodeError, PdslError):
             main_text = None  # parse_file reports it, located
         if main_text is not None:
             key = store.key(source, main_text, options)

@@ -135,18 +135,19 @@ def members_from_toml(path: str | Path, seed: int = 0) -> list[Member]:
     import tomllib
 
     from .diagnostics import Span, register_source
+    from .limits import read_text, toml_loads
 
     p = Path(path)
     at = Span.point(str(p), 1, 1)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_text(p, what="--members file")
     except FileNotFoundError:
         raise PdslError.at("FileNotFound", f"no such file: {p}", at) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise PdslError.at("BadConfig", f"cannot read {p}: {exc}", at) from None
     register_source(str(p), text)
     try:
-        data = tomllib.loads(text)
+        data = toml_loads(text, str(p), "BadConfig")
     except tomllib.TOMLDecodeError as exc:
         line = getattr(exc, "lineno", 1) or 1
         raise PdslError.at("BadConfig", f"{p} is not valid TOML: {exc}", Span.point(str(p), line, 1)) from None

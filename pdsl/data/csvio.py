@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..diagnostics import PdslError, Span, register_source, source_text
+from ..limits import MAX_DATA_BYTES, read_bytes
 from ..records import record
 
 __all__ = ["Table", "read_table", "map_columns", "parse_column_map", "write_table", "atomic_path", "strict_float",
@@ -119,7 +120,7 @@ def read_table(path: str | Path) -> Table:
     p = Path(path)
     at_start = Span.point(str(p), 1, 1)
     try:
-        raw = p.read_bytes()
+        raw = read_bytes(p, MAX_DATA_BYTES, what="CSV file", hint="split the data into several CSV files")
     except FileNotFoundError:
         raise PdslError.at("FileNotFound", f"no such file: {p}", at_start) from None
     except IsADirectoryError:

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from ..diagnostics import PdslError, Span, register_source
+from ..limits import read_text, toml_loads
 
 __all__ = ["FitConfig", "load_toml", "fingerprint", "resolve_defaults", "check_options"]
 
@@ -95,12 +96,14 @@ def load_toml(path: str | Path) -> dict:
     """The settings of a TOML file, checked against :class:`FitConfig` (paths made absolute)."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_text(p, what="config file")
     except OSError as exc:
         raise PdslError.at("FileNotFound", f"cannot read config {p}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise PdslError.at("BadConfig", f"{p} is not UTF-8 text (byte {exc.start})", Span.point(str(p), 1, 1)) from None
     register_source(str(p), text)
     try:
-        raw = tomllib.loads(text)
+        raw = toml_loads(text, str(p), "BadConfig")
     except tomllib.TOMLDecodeError as exc:
         m = re.search(r"line (\d+), column (\d+)", str(exc))
         span = Span.point(str(p), int(m.group(1)), int(m.group(2))) if m else None

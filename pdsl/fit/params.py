@@ -28,6 +28,7 @@ import numpy as np
 from ..backend.functions import NumericSystem
 from ..backend.neural import n_weights
 from ..diagnostics import PdslError, Span, register_source, source_text
+from ..limits import json_loads, read_bytes
 
 __all__ = ["Transform", "ParamLayout", "make_layout", "FittedParams", "read_params_file", "apply_params_file"]
 
@@ -280,9 +281,8 @@ def read_params_file(path: str | Path, num: NumericSystem) -> FittedParams:
     try:
         if p.is_dir():
             raise PdslError.at("FileUnreadable", f"{p} is a directory, not a params.json", hint="give DIR/params.json")
-        if p.stat().st_size > _MAX_PARAMS_BYTES:
-            raise PdslError.at("BadParams", f"{p} is {p.stat().st_size} bytes: not a params.json written by `pdsl fit`")
-        text = p.read_bytes().decode("utf-8")
+        text = read_bytes(p, _MAX_PARAMS_BYTES, what="params.json",
+                          hint="give the params.json a `pdsl fit` run wrote").decode("utf-8")
     except FileNotFoundError:
         raise PdslError.at("FileNotFound", f"no such file: {p}", hint="give the params.json a `pdsl fit` run wrote") from None
     except UnicodeDecodeError as exc:
@@ -292,7 +292,7 @@ def read_params_file(path: str | Path, num: NumericSystem) -> FittedParams:
     register_source(name, text)
     not_ours = "give the params.json a `pdsl fit` run wrote"
     try:
-        data = json.loads(text)
+        data = json_loads(text, name, "BadParams")
     except json.JSONDecodeError as exc:
         raise PdslError.at("BadParams", f"{p} is not valid JSON: {exc.msg}", _json_span(name, text, exc.pos), not_ours) from None
     except RecursionError:

@@ -12,6 +12,7 @@ from lark.visitors import Transformer_NonRecursive
 
 from ..cache import note_source
 from ..diagnostics import PdslError, Span, register_source
+from ..limits import read_text as read_bounded_text
 from . import ast as A
 from .errors import syntax_error
 
@@ -121,7 +122,7 @@ def parse_expression(text: str, origin: str = "<command line>") -> A.Expr:
 def parse_file(path: str | Path) -> A.File:
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_bounded_text(p, what="model file", hint="a model file is text; split a large model into files with `import`")
     except FileNotFoundError:
         raise PdslError.at("FileNotFound", f"no such file: {p}") from None
     except (OSError, UnicodeDecodeError) as exc:

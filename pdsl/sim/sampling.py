@@ -44,6 +44,7 @@ import sympy as sp
 from ..backend.functions import NumericSystem
 from ..backend.sympy_to_casadi import Converter
 from ..diagnostics import PdslError, Span, register_source, source_text
+from ..limits import read_text
 from ..parse import ast as A
 from ..parse.parser import parse_expression
 from ..resolve.expressions import ArrayRef, Evaluator, Scope, Unusable, int_value
@@ -110,7 +111,7 @@ def statements_from_file(path: str | Path) -> list[Statement]:
     """One statement per line; ``#`` starts a comment; a line may continue inside brackets."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_text(p, what="sampling file")
     except FileNotFoundError:
         raise PdslError.at("FileNotFound", f"no such file: {p}", hint="--sample-file names a sampling file") from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -1,0 +1,139 @@
+"""Bounds on what pdsl reads from users: file sizes, integer literals of JSON and TOML.
+
+Every input file is read through :func:`read_bytes` / :func:`read_text`, which never read more than
+the limit plus one byte — a device such as ``/dev/zero`` or ``/dev/urandom``, a pipe or a huge file
+is refused with a located ``FileTooLarge`` error, not read until memory runs out. Integers of JSON
+and TOML with more digits than Python converts (``sys.get_int_max_str_digits``, 4300) are a located
+error of the file's own code (``BadParams``, ``BadConfig``) instead of a ``ValueError`` from deep
+inside the decoder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import sys
+from pathlib import Path
+
+from .diagnostics import PdslError, Span, register_source
+
+__all__ = ["MAX_TEXT_BYTES", "MAX_DATA_BYTES", "MAX_INT_DIGITS", "read_bytes", "read_text", "json_loads",
+           "toml_loads", "long_integer_error", "size_text"]
+
+MAX_TEXT_BYTES = 16 * 2**20  # a model, sampling, TOML or JSON file: text a person wrote or pdsl wrote
+MAX_DATA_BYTES = 256 * 2**20  # a trajectory CSV (its rows become a list of strings first: ~5 times this in memory)
+MAX_INT_DIGITS = sys.get_int_max_str_digits() or 4300  # Python's own limit of int(str)
+
+
+def size_text(n: int) -> str:
+    """``16 MiB``, ``256 MiB``, ``1.5 KiB``: a limit as a person reads it."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            v = n / scale
+            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.1f} {unit}"
+    return f"{n} bytes"
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _head(raw: bytes) -> str:
+    """The first line of a refused file, fit to be quoted: at most 80 characters, control characters shown as �."""
+    line = raw[:320].split(b"\n", 1)[0].decode("utf-8", errors="replace")[:80]
+    return _CONTROL.sub("\ufffd", line)
+
+
+def read_bytes(path: str | Path, limit: int = MAX_TEXT_BYTES, *, what: str = "file", hint: str | None = None) -> bytes:
+    """The bytes of ``path``, at most ``limit`` of them (``limit + 1`` are read to tell).
+
+    A longer file, or a device or pipe that gives more, is a ``FileTooLarge`` error at 1:1. ``OSError``
+    (no such file, a directory, no permission) goes to the caller, which knows what the file was for."""
+    p = Path(path)
+    with open(p, "rb") as fh:
+        try:
+            st = os.fstat(fh.fileno())
+        except OSError:
+            st = None
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(21, "Is a directory", str(p))
+        regular = st is not None and stat.S_ISREG(st.st_mode)
+        if regular and st.st_size > limit:  # no need to read it to know
+            raw = fh.read(400)
+            size = st.st_size
+        else:
+            raw = fh.read(limit + 1)
+            size = None if len(raw) > limit else len(raw)
+    if size is None or size > limit:
+        register_source(str(p), _head(raw))
+        how = f"is {size_text(size)}" if size is not None else (
+            f"gives more than {size_text(limit)}" if not regular else f"is larger than {size_text(limit)}")
+        kind = "" if regular or size is not None else " (not a regular file)"
+        raise PdslError.at("FileTooLarge", f"{p}{kind} {how}: a {what} is at most {size_text(limit)}",
+                           Span.point(str(p), 1, 1), hint)
+    return raw
+
+
+def read_text(path: str | Path, limit: int = MAX_TEXT_BYTES, *, what: str = "file", hint: str | None = None) -> str:
+    """:func:`read_bytes` decoded as UTF-8 with universal newlines, as ``Path.read_text`` reads
+    (``UnicodeDecodeError`` goes to the caller)."""
+    text = read_bytes(path, limit, what=what, hint=hint).decode("utf-8")
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
+
+
+# ---------------------------------------------------------------- integers of JSON and TOML
+_DIGITS = re.compile(r"[0-9][0-9_]*")
+
+
+def long_integer_error(path: str, text: str, code: str, hint: str | None = None) -> PdslError:
+    """A located error at the first integer literal of ``text`` with more than :data:`MAX_INT_DIGITS` digits."""
+    span, digits = Span.point(path, 1, 1), None
+    for m in _DIGITS.finditer(text):
+        n = len(m.group()) - m.group().count("_")
+        if n > MAX_INT_DIGITS:
+            pos = m.start()
+            line = text.count("\n", 0, pos) + 1
+            col = pos - (text.rfind("\n", 0, pos) + 1) + 1
+            end = text.find("\n", pos)
+            room = (len(text) if end < 0 else end) - pos
+            span, digits = Span.point(path, line, col, max(1, min(m.end() - pos, room))), n
+            break
+    what = f"an integer with {digits} digits" if digits else "an integer"
+    return PdslError.at(code, f"{what} is too long to be a number (at most {MAX_INT_DIGITS} digits)", span,
+                        hint or "write a number such as 1.5e3; no parameter needs thousands of digits")
+
+
+class _LongInteger(ValueError):
+    pass
+
+
+def _checked_int(s: str) -> int:
+    if len(s) - s.startswith("-") > MAX_INT_DIGITS:
+        raise _LongInteger(s)
+    return int(s)
+
+
+def json_loads(text: str, path: str, code: str, hint: str | None = None):
+    """``json.loads`` with integers of more than :data:`MAX_INT_DIGITS` digits refused, located.
+
+    ``json.JSONDecodeError`` and ``RecursionError`` go to the caller."""
+    try:
+        return json.loads(text, parse_int=_checked_int)
+    except _LongInteger:
+        raise long_integer_error(path, text, code, hint) from None
+
+
+def toml_loads(text: str, path: str, code: str, hint: str | None = None) -> dict:
+    """``tomllib.loads`` with an integer of more than :data:`MAX_INT_DIGITS` digits refused, located
+    (tomllib converts it with ``int()``, which raises a plain ``ValueError``). ``TOMLDecodeError`` goes to the caller."""
+    import tomllib
+
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        raise
+    except ValueError as exc:
+        if "digits" not in str(exc):
+            raise
+        raise long_integer_error(path, text, code, hint) from None
