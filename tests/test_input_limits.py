@@ -138,3 +138,35 @@ def test_fit_config_from_a_device_is_bounded(tmp_path, capsys):
     data.write_text("t,x,v\n0,1,0\n0.1,1,0\n", encoding="utf-8")
     assert main(["fit", _model(tmp_path), "--config", "/dev/zero", "--data", str(data), "-o", str(tmp_path / "f")]) == 2
     _user_error(capsys, "FileTooLarge", "/dev/zero:1:1:")
+
+
+# ---------------------------------------------------------------- output samples
+def test_absurd_time_grid_is_an_option_error(tmp_path, capsys):
+    model, out = _model(tmp_path), str(tmp_path / "o.csv")
+    assert main(["simulate", model, "--t-end", "1e300", "--dt", "1e-300", "-o", out]) == 2  # OverflowError before
+    err = _user_error(capsys, "BadOption", "error[BadOption]: --t-end 1e+300 / --dt 1e-300")
+    assert "at most 10,000,000 steps" in err and "increase --dt" in err
+    assert main(["simulate", model, "--t-end", "1", "--dt", "1e-8", "-o", out]) == 2
+    _user_error(capsys, "BadOption")
+    assert main(["simulate", model, "--t-end", "1e-300", "--dt", "1e300", "-o", out]) == 2  # was one sample at t = 0
+    assert "longer than --t-end" in _user_error(capsys, "BadOption")
+
+
+def test_time_grid_bounds():
+    from pdsl.diagnostics import PdslError
+    from pdsl.sim.simulate import MAX_OUTPUT_STEPS, time_grid
+
+    assert len(time_grid(1.0, 1.0 / MAX_OUTPUT_STEPS)) == MAX_OUTPUT_STEPS + 1
+    for t_end, dt in ((1e300, 1e-300), (1e308, 5e-324), (1.0, 0.5 / MAX_OUTPUT_STEPS)):
+        try:
+            time_grid(t_end, dt)
+        except PdslError as err:
+            assert err.codes == ["BadOption"]
+        else:
+            raise AssertionError((t_end, dt))
+
+
+def test_many_trajectories_are_bounded_in_rows(tmp_path, capsys):
+    out = str(tmp_path / "o.csv")
+    assert main(["simulate", _model(tmp_path), "--t-end", "1", "--dt", "1e-6", "--random-init", "1000", "-o", out]) == 2
+    assert "at most 100,000,000 rows" in _user_error(capsys, "BadOption")

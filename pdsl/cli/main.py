@@ -496,7 +496,7 @@ def _simulate_random(args, m, num, grid, init, params, inputs) -> int:
 
     from ..data.csvio import write_table
     from ..sim.initial import initial_state, random_initial_states, sampled_initial_states
-    from ..sim.simulate import simulate_batch
+    from ..sim.simulate import MAX_OUTPUT_ROWS, simulate_batch
 
     if args.threads < 1:
         raise PdslError.at("BadOption", f"--threads must be at least 1, got {args.threads}")
@@ -517,6 +517,10 @@ def _simulate_random(args, m, num, grid, init, params, inputs) -> int:
     else:
         scale = 0.2 if args.random_scale is None else args.random_scale
         x0s = random_initial_states(num, base, p, args.random_init, args.seed, scale)
+    if len(x0s) * len(grid) > MAX_OUTPUT_ROWS:
+        raise PdslError.at("BadOption", f"{len(x0s)} trajectories × {len(grid)} samples is {len(x0s) * len(grid):,} rows: "
+                           f"at most {MAX_OUTPUT_ROWS:,} rows are written",
+                           hint="increase --dt, or simulate fewer trajectories per run")
     runs = simulate_batch(num, grid, x0s, params=params, inputs=inputs, rtol=args.rtol, atol=args.atol,
                           integrator=args.integrator, substeps=args.substeps, stabilize=args.stabilize,
                           threads=args.threads, baumgarte_alpha=args.baumgarte_alpha, baumgarte_beta=args.baumgarte_beta,

@@ -91,17 +91,27 @@ class SimulationResult:
         return header, data
 
 
+MAX_OUTPUT_STEPS = 10_000_000  # output intervals of one trajectory (10^7 + 1 rows: 80 MB per column)
+MAX_OUTPUT_ROWS = 100_000_000  # rows of all trajectories of one run together (--random-init, --init-data)
+
+
 def time_grid(t_end: float, dt: float) -> np.ndarray:
     if not (math.isfinite(t_end) and t_end > 0):
         raise PdslError.at("BadOption", f"--t-end must be positive, got {t_end}")
     if not (math.isfinite(dt) and dt > 0):
         raise PdslError.at("BadOption", f"--dt must be positive, got {dt}")
-    n = t_end / dt
+    n = t_end / dt  # inf for --t-end 1e300 --dt 1e-300: checked before round(), which would overflow
+    if not n <= MAX_OUTPUT_STEPS + 0.5:
+        many = f"{n:.3g}" if math.isfinite(n) else "more than 1e308"
+        raise PdslError.at("BadOption", f"--t-end {t_end:g} / --dt {dt:g} is {many} output steps: at most "
+                           f"{MAX_OUTPUT_STEPS:,} steps ({MAX_OUTPUT_STEPS + 1:,} samples) are written",
+                           hint=f"increase --dt to at least {t_end / MAX_OUTPUT_STEPS:.3g}, or shorten --t-end")
     steps = round(n)
+    if steps < 1:
+        raise PdslError.at("BadOption", f"--dt {dt:g} is longer than --t-end {t_end:g}",
+                           hint="--dt is the output interval: at most --t-end")
     if abs(n - steps) > 1e-9 * max(1.0, n):
         raise PdslError.at("BadOption", f"--t-end {t_end} is not a whole number of --dt {dt} steps")
-    if steps > 10_000_000:
-        raise PdslError.at("BadOption", f"{steps} output steps is too many", hint="increase --dt")
     return np.linspace(0.0, steps * dt, steps + 1)
 
 
