@@ -106,9 +106,13 @@ def test_damaged_entries_are_misses_and_removed(tmp_path):
     (entry,) = list((tmp_path / "c").glob("*.pdslc"))
     entry.write_bytes(entry.read_bytes()[:100])
     again = compile_model(src, cache=store)
-    assert store.last == "stored" and again.numeric.nx == 2
+    assert store.last == "stored; 1 damaged or unauthenticated entry removed" and again.numeric.nx == 2
+    assert store.rejected == 1
     compile_model(src, cache=store)
-    assert store.last == "hit"
+    assert store.last.startswith("hit")
+    fresh = ModelCache(tmp_path / "c")  # a new process: no notes
+    compile_model(src, cache=fresh)
+    assert fresh.last == "hit"
 
 
 def test_size_bound_drops_least_recently_used(tmp_path):

@@ -8,9 +8,14 @@ is the same operations in the same order (no ``-ffast-math``, no ``-march``): th
 to the VM's (tested).
 
 The shared object is cached like the compiled model (:mod:`pdsl.cache`): ``<cache dir>/rhs-<sha256>.so``, the
-key a hash of the generated C text, the compiler and its flags; atomic writes; with no cache (``--no-cache``,
-``PDSL_NO_CACHE=1``, library calls without one) it is built in a temporary directory and kept for this
-process only. A second run of an unchanged model loads it (~1 ms) and pays no compile.
+key a hash of the generated C text, the compiler and its flags; atomic writes. The C is compiled in a private
+work directory (``$TMPDIR/pdsl-cc-<pid>-<hex>``, 0700, locked while the build runs; an abandoned one, left by a
+killed run, is removed by the next build); the library's bytes then go into the cache with a MAC
+(:meth:`pdsl.cache.ModelCache.store_library`), and a cached library is loaded only after its bytes are
+authenticated, through the verified descriptor (:meth:`~pdsl.cache.ModelCache.load_library`): a planted,
+truncated or foreign library is never ``dlopen``-ed, it is removed and rebuilt. With no cache (``--no-cache``,
+``PDSL_NO_CACHE=1``, library calls without one, a refused cache directory) it is built in the work directory
+and kept for this process only. A second run of an unchanged model loads it (~1 ms) and pays no compile.
 
 **The choice** (``compile="auto"``, ``pdsl simulate --compile auto|yes|no``):
 
@@ -139,7 +144,7 @@ class RhsPlan:
                 return F0
             self.build_s += time.perf_counter() - t
             _BUILDS[0] += 1
-            where = "cached" if self.cache is not None else "not cached"
+            where = "cached" if library_path(self.cache, key) is not None else "not cached"
             self._decide(True, f"{Path(cc).name} {FLAGS[0]}, built in {self.build_s:.2f} s, {where}"
                          + (f"; {self.reason}" if self.reason and self.mode == "auto" else ""))
         elif self.compiled is None:
@@ -284,77 +289,53 @@ def _key(funcs: list[ca.Function], cc: str | None) -> str:
     return h.hexdigest()
 
 
-def _cache_root(cache) -> Path | None:
+def library_path(cache, key: str) -> Path | None:
+    """Where the library ``key`` lives in the cache directory; None without a cache or when it is not used."""
     if cache is None:
         return None
-    usable = getattr(cache, "_usable", None)
-    if usable is not None and not usable():
-        return None
-    return Path(cache.root)
-
-
-def library_path(cache, key: str) -> Path | None:
-    root = _cache_root(cache)
-    return None if root is None else root / f"rhs-{key}.so"
+    return cache.library_file(f"rhs-{key}.so")
 
 
 def _importer(path: str) -> ca.Importer:
+    # CasADi appends ".so" to a name without any dot: /proc/self/fd/N (pdsl.cache) is given as /proc/self/fd/./N
+    if "." not in path:
+        path = os.path.join(os.path.dirname(path), ".", os.path.basename(path))
     return ca.Importer(path, "dll")
 
 
 def _loaded(key: str, cache, load=_importer, loaded: dict | None = None):
-    """The library ``key``: loaded in this process, else loaded (``load``) from the cache directory, else None."""
+    """The library ``key``: loaded in this process, else loaded (``load``) from the cache directory once its bytes
+    are authenticated (a damaged or foreign one is removed there: rebuilt), else None."""
     loaded = _LOADED if loaded is None else loaded
     if key in loaded:
         return loaded[key]
-    path = library_path(cache, key)
-    if path is not None and path.is_file():
-        try:
-            imp = load(str(path))
-        except (RuntimeError, OSError):  # damaged: rebuild
-            try:
-                path.unlink()
-            except OSError:
-                pass
-            return None
-        try:
-            os.utime(path)  # least recently used goes first (pdsl.cache.ModelCache.prune)
-        except OSError:
-            pass
-        return imp
-    return None
+    if cache is None:
+        return None
+    return cache.load_library(f"rhs-{key}.so", load)
+
+
+WORK_PREFIX = "pdsl-cc-"  # the compiler's work directories in the temporary directory
 
 
 def _build(src: str, key: str, cc: str, cache, flags: tuple[str, ...] = FLAGS, load=_importer):
-    """Compile ``src`` into a shared object (atomically into the cache directory) and load it (``load``)."""
-    target = library_path(cache, key)
-    work = tempfile.mkdtemp(prefix="pdsl-cc-")
-    try:
+    """Compile ``src`` into a shared object in a private work directory, store its bytes (authenticated,
+    atomically) in the cache directory, and load it (``load``) from the work directory."""
+    from ..cache import sweep_temporaries, temporary_dir
+
+    tmp = tempfile.gettempdir()
+    sweep_temporaries(tmp, WORK_PREFIX)  # work directories of killed builds
+    with temporary_dir(tmp, WORK_PREFIX) as work:
         c_file = os.path.join(work, "pdsl_rhs.c")
         with open(c_file, "w", encoding="utf-8") as fh:
             fh.write(src)
-        if target is None:
-            out = os.path.join(work, f"rhs-{key[:16]}.so")
-        else:
-            fd, out = tempfile.mkstemp(prefix=".tmp-rhs-", suffix=".so", dir=target.parent)
-            os.close(fd)
-        try:
-            proc = subprocess.run([cc, *flags, "-o", out, c_file, "-lm"], capture_output=True, text=True)
-            if proc.returncode != 0:
-                raise RuntimeError(f"{Path(cc).name} exited with {proc.returncode}: {proc.stderr.strip()[-300:]}")
-            if target is not None:
-                os.replace(out, target)
-                out = str(target)
-                prune = getattr(cache, "prune", None)
-                if prune is not None:  # the directory's size bound counts the libraries too
-                    prune()
-        except BaseException:
-            if target is not None and os.path.exists(out):
-                os.unlink(out)
-            raise
-        return load(out)  # loaded now: the temporary directory may go
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+        out = os.path.join(work, f"rhs-{key[:16]}.so")
+        proc = subprocess.run([cc, *flags, "-o", out, c_file, "-lm"], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{Path(cc).name} exited with {proc.returncode}: {proc.stderr.strip()[-300:]}")
+        if cache is not None:
+            with open(out, "rb") as fh:
+                cache.store_library(f"rhs-{key}.so", fh.read())  # no-op when the directory is not used
+        return load(out)  # loaded now: the work directory may go
 
 
 def _duration(seconds: float) -> str:
