@@ -44,18 +44,21 @@ def add_parsers(sub, common) -> None:
                                       "--chunk steps linked by continuity constraints; solved by ipopt)")
     p.add_argument("--hessian", choices=("gauss-newton", "exact", "limited-memory"), help="ipopt: gauss-newton (default: 2·JᵀJ of the residuals) | exact | limited-memory")
     p.add_argument("--epochs", type=integer, help="epochs (default 50 for gauss-newton, 200 ipopt iterations, 2000 for adamw)")
-    p.add_argument("--chunk", type=integer, help="steps per training chunk (default 4)")
+    p.add_argument("--chunk", type=integer, help="steps per training chunk (default: physical parameters by Gauss–Newton: whole trajectories, reached in "
+                   "stages of longer windows; with networks 4)")
     p.add_argument("--stride", type=integer, help="samples between chunk starts (default: the chunk length)")
     p.add_argument("--batch", type=integer, help="chunks per minibatch (default 200)")
     p.add_argument("--integrator", help="rk4 (default) | midpoint | gauss2 | euler")
-    p.add_argument("--substeps", type=integer, help="integrator steps per data interval (default 1)")
+    p.add_argument("--substeps", type=integer, help="integrator steps per data interval (default: physical parameters: chosen from the sample "
+                   "spacing and the model's time scales, reported; with networks 1)")
     p.add_argument("--project", type=integer, metavar="STEPS",
                    help="Newton steps projecting each chunk's first sample onto the constraints (default 0: none)")
     p.add_argument("--loss", help="l1 (adamw default) | mse (gauss-newton)")
     p.add_argument("--lr", type=finite_float, help="AdamW learning rate (default 3e-3)")
     p.add_argument("--weight-decay", type=finite_float, help="AdamW weight decay on networks (default 1e-4)")
     p.add_argument("--seed", type=integer, help="seed of the validation split, minibatches and network init (default 0)")
-    p.add_argument("--val-fraction", type=finite_float, help="fraction of trajectories held out for validation (default 0.2)")
+    p.add_argument("--val-fraction", type=finite_float, help="fraction of trajectories held out for validation (default: 0.2 with networks, 0 for "
+                   "physical parameters alone)")
     p.add_argument("--observe", help="comma-separated columns the loss compares (default: all state and output columns)")
     _data_flags(p)
     p.add_argument("--noise", action="append", default=[], metavar="COL=SIGMA",
@@ -235,9 +238,15 @@ def _print_summary(summary: dict, out_dir: str) -> None:
     print(f"{summary['model']}: {state} after {summary['epochs']} epochs ({per_epoch:.3g} s per epoch)")
     for name in summary["free"]:
         se = summary["stderr"].get(name)
-        print(f"  {name} = {summary['params'][name]:.8g}" + (f" ± {se:.2g}" if se is not None else ""))
+        undetermined = name in summary["stderr"] and se is None
+        print(f"  {name} = {summary['params'][name]:.8g}" + (f" ± {se:.2g}" if se is not None
+                                                             else " (not determined)" if undetermined else ""))
+    mf = summary.get("misfit")
+    if mf:
+        print(f"  misfit: χ²/dof = {mf['ratio']:.4g} ({mf['dof']} degrees of freedom"
+              + (", noise as stated by --noise)" if mf["noise_known"] else "; give --noise for every column to check it)"))
     for note in summary.get("notes") or ():
-        print(f"  note: {note}")
+        print(f"  {note}" if note.startswith("warning: ") else f"  note: {note}")
     sat = summary.get("saturation")
     if sat is not None and (sat["stopped"] or summary.get("early_stop")):
         print(f"  validation loss saturated at epoch {sat['epoch']} ({sat['seconds']:.3g} s of training)"

@@ -37,14 +37,14 @@ class FitConfig:
     chunk: int | None = None  # default 4 (A3/A5: 5 samples per chunk); 20 when unmeasured states are estimated
     stride: int | None = None  # default: chunk (disjoint chunks, A4.2)
     integrator: str = "rk4"  # A5 [REPO-P0]: fixed-step RK4 on the data grid
-    substeps: int = 1
+    substeps: int | None = None  # default: chosen from the sample spacing and time scales (physical fits), else 1
     project: int = 0  # Newton steps projecting each chunk's first sample onto the constraints
     loss: str = "auto"  # l1 (adamw, A5) | mse (gauss-newton, ipopt)
     lr: float = 3e-3
     lr_min: float = 0.0
     weight_decay: float = 1e-4
     seed: int = 0
-    val_fraction: float = 0.2
+    val_fraction: float | None = None  # default: 0.2 with networks, 0 for physical parameters alone
     tol: float = 1e-10
     threads: int = 1
     formulation: str = "hamiltonian"
@@ -175,11 +175,11 @@ def check_options(cfg: FitConfig) -> None:
         raise PdslError.at("BadOption", f"project must be a non-negative integer, got {cfg.project}")
     for name in ("lr", "lr_min", "weight_decay", "tol", "val_fraction"):
         value = getattr(cfg, name)
-        if not math.isfinite(value):
+        if value is not None and not math.isfinite(value):
             raise PdslError.at("BadOption", f"{name.replace('_', '-')} must be a finite number, got {value}")
     if not (cfg.lr > 0 and cfg.lr_min >= 0 and cfg.weight_decay >= 0 and cfg.tol >= 0):
         raise PdslError.at("BadOption", "lr must be positive; lr_min, weight_decay and tol non-negative")
-    if not 0 <= cfg.val_fraction < 1:
+    if cfg.val_fraction is not None and not 0 <= cfg.val_fraction < 1:
         raise PdslError.at("BadOption", f"validation fraction must be in [0, 1), got {cfg.val_fraction}")
     for name, value in cfg.param.items():
         if not math.isfinite(value):

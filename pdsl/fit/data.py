@@ -33,7 +33,7 @@ from ..backend.functions import NumericSystem
 from ..data.csvio import Table, cell_span, map_columns, read_table, shown_value
 from ..diagnostics import PdslError, Span
 
-__all__ = ["Trajectory", "Dataset", "Chunks", "load_dataset", "split_validation", "make_chunks"]
+__all__ = ["Trajectory", "Dataset", "Chunks", "load_dataset", "split_validation", "make_chunks", "whole_trajectories"]
 
 CODE = "BadTrajectoryData"
 _DT_RTOL = 1e-6  # relative tolerance on the sampling interval
@@ -82,6 +82,8 @@ class Chunks:
     T: np.ndarray  # (N, n + 1): sample times
     origin: np.ndarray  # (N, 2): trajectory index and first sample of each chunk
     Y0: np.ndarray | None = None  # (N, n_obs): observed columns at the first sample (latent starts compare it too)
+    W: np.ndarray | None = None  # (N, n_obs, n + 1): per-sample residual factors, first sample included (None: all 1;
+    # 0 marks the padding of a trajectory shorter than its chunk, :func:`whole_trajectories`)
 
     def __len__(self) -> int:
         return self.S0.shape[0]
@@ -92,7 +94,13 @@ class Chunks:
 
     def take(self, idx) -> "Chunks":
         return Chunks(self.S0[idx], self.Y[idx], self.U[idx], self.T[idx], self.origin[idx],
-                      None if self.Y0 is None else self.Y0[idx])
+                      None if self.Y0 is None else self.Y0[idx], None if self.W is None else self.W[idx])
+
+    @property
+    def compared(self) -> int:
+        """How many residual entries carry data (padding excluded; the first sample included)."""
+        n_obs = self.Y.shape[1]
+        return int(np.count_nonzero(self.W)) if self.W is not None else len(self) * n_obs * (self.steps + 1)
 
 
 # ---------------------------------------------------------------- locating cells
@@ -346,6 +354,34 @@ def make_chunks(ds: Dataset, steps: int, stride: int | None = None) -> Chunks:
     """Every window of ``steps`` intervals starting at 0, stride, 2·stride, ... (stride = steps: disjoint)."""
     stride = steps if stride is None else stride
     return _windows(ds, [(j, s) for j, tr in enumerate(ds.trajectories) for s in range(0, len(tr) - steps, stride)], steps)
+
+
+def whole_trajectories(ds: Dataset) -> Chunks:
+    """One chunk per trajectory, from its first sample to its last: every sample is compared once. Trajectories
+    shorter than the longest are padded (times continued at their last interval, inputs held, data 0) and the
+    padding carries the residual factor 0 (:attr:`Chunks.W`), so it adds nothing to the fit."""
+    trs = ds.trajectories
+    if not trs:
+        return _windows(ds, [], 1)
+    L = max(len(tr) for tr in trs)
+    n_obs = len(ds.observed)
+    S0, Y, U, T, Y0, W = [], [], [], [], [], []
+    for tr in trs:
+        k = len(tr)
+        pad = L - k
+        dt_last = float(tr.t[-1] - tr.t[-2]) if k >= 2 else 1.0
+        T.append(np.concatenate([tr.t, tr.t[-1] + dt_last * np.arange(1, pad + 1)]))
+        Yt = np.zeros((n_obs, L - 1))
+        Yt[:, : k - 1] = tr.Y[1:].T
+        Y.append(Yt)
+        U.append(np.concatenate([tr.U, np.repeat(tr.U[-1:], pad, axis=0)]).T if tr.U.size else np.zeros((0, L)))
+        w = np.zeros((n_obs, L))
+        w[:, :k] = 1.0
+        W.append(w)
+        S0.append(tr.S[0])
+        Y0.append(tr.Y[0])
+    return Chunks(np.array(S0), np.array(Y), np.array(U), np.array(T), np.array([(j, 0) for j in range(len(trs))], dtype=int),
+                  np.array(Y0), np.array(W) if any(len(tr) < L for tr in trs) else None)
 
 
 def _windows(ds: Dataset, starts, steps: int) -> Chunks:

@@ -84,9 +84,12 @@ def _combination(names: list[str], w: np.ndarray) -> str | None:
     return text + ("/" + ("·".join(den) if len(den) == 1 else "(" + "·".join(den) + ")") if den else "")
 
 
-def analyse(names, values, H, cost: float, dof: int, dlog_dtheta=None) -> Identifiability:
+def analyse(names, values, H, cost: float, dof: int, dlog_dtheta=None, *, by: str = "these data") -> Identifiability:
     """Identifiability of the free parameters ``names`` at ``values`` from the information matrix ``H``
-    of the fit coordinates θ (``dlog_dtheta[i]`` = d log|p_i|/dθ_i; default 1/p_i, i.e. θ = p)."""
+    of the fit coordinates θ (``dlog_dtheta[i]`` = d log|p_i|/dθ_i; default 1/p_i, i.e. θ = p). ``by`` names
+    what does not determine a parameter: "these data" when the fit used all of them (whole trajectories), else
+    the fit itself ("this fit (windows of 4 steps, each with its own start)"), which may be the cause.
+    A parameter in an undetermined direction has no standard error (NaN: "not determined", never ± 0)."""
     names = list(names)
     values = np.asarray(values, dtype=float)
     n = len(names)
@@ -119,11 +122,15 @@ def analyse(names, values, H, cost: float, dof: int, dlog_dtheta=None) -> Identi
             cov = np.linalg.inv(H) * s2
             D = values * T  # dp = p·T dθ
             cov_p = cov * D[:, None] * D[None, :]
-            out.stderr = np.sqrt(np.maximum(np.diag(cov_p), 0.0))
+            var = np.diag(cov_p)
+            out.stderr = np.where(var > 0, np.sqrt(np.abs(var)), np.nan)  # a negative variance: H is singular
             d = np.sqrt(np.maximum(np.diag(cov_p), 1e-300))
             out.correlation = cov_p / np.outer(d, d)
     except np.linalg.LinAlgError:
         pass
+    if out.stderr is not None and bad:  # no error bar for a parameter in an undetermined direction
+        involved_any = {i for j in bad for i in range(n) if abs(V[i, j]) > 0.1 * np.max(np.abs(V[:, j]))}
+        out.stderr = np.array([np.nan if i in involved_any else se for i, se in enumerate(out.stderr)])
     for j in bad:
         v = V[:, j]
         direction = {nm: float(x) for nm, x in zip(names, v)}
@@ -132,7 +139,7 @@ def analyse(names, values, H, cost: float, dof: int, dlog_dtheta=None) -> Identi
         if len(involved) == 1:
             i = involved[0]
             entry["determined"] = None
-            out.sentences.append(f"{names[i]} is not determined by these data (its value only follows the start guess)")
+            out.sentences.append(f"{names[i]} is not determined by {by} (its value only follows the start guess)")
         else:
             sub = [names[i] for i in involved]
             # the combination orthogonal to v inside the involved pair(s), determined when the rest are
@@ -149,15 +156,25 @@ def analyse(names, values, H, cost: float, dof: int, dlog_dtheta=None) -> Identi
                     rest = [nm for nm in names if nm not in sub]
                     also = f" (and {', '.join(rest)})" if rest and len(bad) == 1 else ""
                     out.sentences.append(
-                        f"only {text} is determined by these data{also}: {sub[0]} and {sub[1]} separately are not "
+                        f"only {text} is determined by {by}{also}: {sub[0]} and {sub[1]} separately are not "
                         f"({text} = {value:.6g} ± {100 * rel_se:.2g} %)")
                 else:
                     out.sentences.append(f"{sub[0]} and {sub[1]} are not determined separately: changing them along "
                                          f"d log p = ({v[involved[0]]:.3g}, {v[involved[1]]:.3g}) leaves the fit unchanged")
             else:
-                dirn = ", ".join(f"{names[i]}: {v[i]:+.2f}" for i in involved)
-                out.sentences.append(f"{', '.join(sub)} are not determined separately: the relative change ({dirn}) "
-                                     "leaves the fit (nearly) unchanged")
+                combos = determined_combinations(names, values, V[:, bad], involved, cov_rel)
+                if combos and all(text for text, _, _ in combos):
+                    listed = " and ".join(text for text, _, _ in combos)
+                    numbers = ", ".join(f"{text} = {value:.6g} ± {100 * rel:.2g} %" for text, value, rel in combos)
+                    entry.update(determined=listed)
+                    sentence = (f"only {listed} {'is' if len(combos) == 1 else 'are'} determined by {by}: "
+                                f"{', '.join(sub[:-1])} and {sub[-1]} separately are not ({numbers})")
+                else:
+                    dirn = ", ".join(f"{names[i]}: {v[i]:+.2f}" for i in involved)
+                    sentence = (f"{', '.join(sub)} are not determined separately by {by}: the relative change ({dirn}) "
+                                "leaves the fit (nearly) unchanged")
+                if sentence not in out.sentences:  # one sentence for several directions among the same parameters
+                    out.sentences.append(sentence)
         out.undetermined.append(entry)
     if out.correlation is not None:
         flagged = {i for u in out.undetermined for i, nm in enumerate(names) if abs(u["direction"][nm]) > 0.1}
@@ -168,6 +185,44 @@ def analyse(names, values, H, cost: float, dof: int, dlog_dtheta=None) -> Identi
                     out.correlated.append((names[i], names[j], rho))
                     out.sentences.append(f"{names[i]} and {names[j]} are strongly correlated (ρ = {rho:+.3f}): "
                                          "the data determine a combination of them better than either")
+    return out
+
+
+def determined_combinations(names, values, Vbad: np.ndarray, involved: list[int], cov_rel: np.ndarray):
+    """The products of powers of the ``involved`` parameters that the undetermined directions ``Vbad`` (columns,
+    in d log p) leave unchanged — a basis of their orthogonal complement in reduced row-echelon form, so that each
+    combination has its own leading parameter — as (text such as "K/J", value, relative standard error); the text
+    is None when the exponents are not simple fractions."""
+    idx = [i for i in involved]
+    B = Vbad[idx, :]  # (m, k)
+    u, sv, _ = np.linalg.svd(B, full_matrices=True)
+    rank = int(np.sum(sv > 1e-8 * max(float(sv[0]) if sv.size else 1.0, 1e-300)))
+    C = u[:, rank:].T  # rows: the complement, w·v = 0 for every undetermined v
+    if C.shape[0] == 0:
+        return []
+    R = C.copy()  # reduced row-echelon form, by Gauss–Jordan with partial pivoting
+    row = 0
+    for col in range(R.shape[1]):
+        if row >= R.shape[0]:
+            break
+        piv = row + int(np.argmax(np.abs(R[row:, col])))
+        if abs(R[piv, col]) < 1e-9:
+            continue
+        R[[row, piv]] = R[[piv, row]]
+        R[row] /= R[row, col]
+        for r2 in range(R.shape[0]):
+            if r2 != row:
+                R[r2] -= R[r2, col] * R[row]
+        row += 1
+    out = []
+    logs = np.log(np.abs(np.asarray(values, dtype=float)[idx]))
+    for w_sub in R[:row]:
+        w = np.zeros(len(names))
+        w[idx] = w_sub
+        text = _combination(list(names), w)
+        value = float(np.exp(w_sub @ logs))
+        rel = float(np.sqrt(max(w @ cov_rel @ w, 0.0)))
+        out.append((text, value, rel))
     return out
 
 

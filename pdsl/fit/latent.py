@@ -86,18 +86,19 @@ class LatentChunks:
         nobs = len(loss.observed)
         Y0, Y = ca.MX.sym("Y0", nobs), ca.MX.sym("Y", nobs, n)
         U, T = ca.MX.sym("U", len(num.u_names), n + 1), ca.MX.sym("T", 1, n + 1)
+        W = ca.MX.sym("W", nobs, n + 1)  # per-sample factors (Chunks.W: 0 on padding)
         p = loss.layout.casadi_p(theta)
         x0 = loss._x0(T[0], s0, p)
         _, Yhat = loss.rollout_observed(n, x0, p, U, T)
-        R = loss.weighted(Yhat, Y)
-        R0 = loss.weighted(loss.obs(T[0], x0, p, U[:, 0]), Y0)
+        R = loss.weighted(Yhat, Y) * W[:, 1:]
+        R0 = loss.weighted(loss.obs(T[0], x0, p, U[:, 0]), Y0) * W[:, 0]
         r = ca.vertcat(R0, ca.vec(R))
         if num.invariants.size1_out(0):
             # constrained (Cartesian) models: the start's invariants (Φ, Φ̇) as residuals, so the start sits on
             # the constraint manifold; they can vanish exactly, so this fixes directions the data hardly see
             # (they would otherwise creep) without biasing the fit
             r = ca.vertcat(r, _INVARIANT_WEIGHT * num.invariants(T[0], x0, p))
-        ins, names = [theta, s0, Y0, Y, U, T], ["theta", "s0", "Y0", "Y", "U", "T"]
+        ins, names = [theta, s0, Y0, Y, U, T, W], ["theta", "s0", "Y0", "Y", "U", "T", "W"]
         self.m = int(r.numel())
         self.nt, self.ns = loss.layout.n_theta, len(num.report_names)
         self._value = ca.Function("latent_res", ins, [r], names, ["r"])
@@ -117,7 +118,10 @@ class LatentChunks:
         B, n = len(chunks), chunks.steps
         Y = chunks.Y.transpose(1, 0, 2).reshape(chunks.Y.shape[1], B * n)
         U = chunks.U.transpose(1, 0, 2).reshape(chunks.U.shape[1], B * (n + 1))
-        return [S.T, chunks.Y0.T, Y, U, chunks.T.reshape(1, -1)]
+        n_obs = chunks.Y.shape[1]
+        W = (np.ones((n_obs, B * (n + 1))) if chunks.W is None
+             else chunks.W.transpose(1, 0, 2).reshape(n_obs, B * (n + 1)))
+        return [S.T, chunks.Y0.T, Y, U, chunks.T.reshape(1, -1), W]
 
     def residuals(self, theta, chunks: Chunks, S, batch: int = 256) -> np.ndarray:
         """(N, m): the weighted residuals of every chunk (first sample included)."""
@@ -225,11 +229,15 @@ def _batched_solve_mat(A, B):
         return np.stack([np.linalg.lstsq(a, b, rcond=None)[0] for a, b in zip(A, B)])
 
 
-def information(lat: LatentChunks, theta, chunks: Chunks, S) -> tuple[np.ndarray, float, int]:
-    """(H, cost, degrees of freedom): the information matrix of θ with the starts profiled out."""
+def information(lat: LatentChunks, theta, chunks: Chunks, S, keep: dict | None = None) -> tuple[np.ndarray, float, int]:
+    """(H, cost, degrees of freedom): the information matrix of θ with the starts profiled out (``keep``, when
+    given, receives the residuals (N, m) under "residuals")."""
     r, Jt, Js = lat.jacobians(theta, chunks, S)
+    if keep is not None:
+        keep["residuals"] = r
     H, _, _, _, _ = _schur(r, Jt, Js)
-    dof = r.size - Jt.shape[2] - len(chunks) * Js.shape[2]
+    padding = (len(chunks) * chunks.Y.shape[1] * (chunks.steps + 1)) - chunks.compared  # zero-weight entries
+    dof = r.size - padding - Jt.shape[2] - len(chunks) * Js.shape[2]
     return H, float(np.sum(r * r)), int(dof)
 
 
@@ -301,7 +309,7 @@ def latent_gauss_newton(loss: ChunkLoss, data_train: Dataset, train: Chunks, val
     finally:
         bar.close()
     done = bool(state.extra.get("converged")) or state.epoch >= opts.epochs
-    H, cost, dof = information(lat, theta, train, S)
+    H, cost, dof = information(lat, theta, train, S, keep=state.arrays)  # the residuals: outliers (pdsl.fit.run)
     stderr = None
     state.arrays["information"] = H
     state.extra["residual_dof"] = dof

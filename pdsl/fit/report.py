@@ -25,7 +25,8 @@ def _parameter_rows(run, summary) -> list[str]:
         q = specs.get(name)
         bounds = f"[{_fmt(q.lower) if q and q.lower is not None else '−∞'}, {_fmt(q.upper) if q and q.upper is not None else '∞'}]"
         rows.append(f"| `{name}` | {_fmt(float(run.p_start[i]))} | {_fmt(summary['params'][name])} | "
-                    f"{_fmt(summary['stderr'].get(name))} | {bounds} |")
+                    f"{'not determined' if name in summary['stderr'] and summary['stderr'][name] is None else _fmt(summary['stderr'].get(name))}"
+                    f" | {bounds} |")
     return rows
 
 
@@ -111,8 +112,14 @@ def write_report(run, result, summary, out_dir: Path, final_dir: Path | None = N
                               "the data samples (BENCHMARKS A5)")
         + (f"; unmeasured: {', '.join(f'`{n}`' for n in run.data.latent)}" if run.data.latent else "")
         + ("" if run.data.uniform else "; irregular sampling: each interval integrated over its own length"),
-        f"- loss: {c.loss} over chunks of {c.chunk} steps (stride {c.stride}), {c.integrator} with {c.substeps} "
-        f"step(s) per interval (BENCHMARKS A5)",
+        (f"- loss: {c.loss} over whole trajectories (one estimated start each), reached through windows of "
+         f"{', '.join(map(str, run.stages[:-1])) or '–'} steps; error bars from the whole-trajectory fit"
+         if run.stages else f"- loss: {c.loss} over chunks of {c.chunk} steps (stride {c.stride})")
+        + f", {c.integrator} with {c.substeps} step(s) per interval"
+        + (f" ({run.substeps_note})" if run.substeps_note else ""),
+        *([f"- misfit: χ²/dof = {summary['misfit']['ratio']:.4g} over {summary['misfit']['dof']} degrees of freedom"
+           + (" (noise as stated)" if summary["misfit"]["noise_known"] else " (no --noise for every column: in data units)")]
+          if summary.get("misfit") else []),
         f"- optimiser: {c.method}, {summary['epochs']} epochs" + (" (converged)" if summary["converged"] else "")
         + (f", lr {c.lr:g} (cosine), weight decay {c.weight_decay:g}, batch {c.batch}" if c.method == "adamw" else ""),
         f"- time: {secs.sum():.1f} s in all, {secs.mean():.3g} s per epoch" if secs.size else "- time: –",

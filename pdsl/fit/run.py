@@ -23,7 +23,7 @@ from . import checkpoint as ck
 from . import outputs as out
 from . import regularize
 from .config import FitConfig, fingerprint, resolve_defaults, step_options
-from .data import Dataset, make_chunks, random_windows, split_validation, load_dataset
+from .data import Dataset, make_chunks, random_windows, split_validation, load_dataset, whole_trajectories
 from .loss import ChunkLoss, LossSpec
 from .backends import make_loss
 from .params import ParamLayout, bounds_violation, make_layout
@@ -49,6 +49,11 @@ class FitRun:
     val: Dataset
     loss: ChunkLoss
     p_start: np.ndarray
+    spec: LossSpec | None = None
+    # the staged fit of physical parameters (chunk not given): window lengths in steps, the last one whole
+    # trajectories (:func:`stage_lengths`); empty: one fit on chunks of cfg.chunk steps
+    stages: tuple[int, ...] = ()
+    substeps_note: str | None = None  # how the integration substeps were chosen (reported), None: given
 
 
 def _start_values(num: NumericSystem, values: Mapping[str, float]) -> np.ndarray:
@@ -105,6 +110,10 @@ def prepare(model_path: str, model_name: str | None, cfg: FitConfig, consts: Map
     data = load_dataset(cfg.data, num, observe=cfg.observe, min_samples=(cfg.chunk or 1) + 1, columns=cfg.map,
                         inputs=fit_inputs(num, cfg.input), latent=cfg.start != "data")
     cfg.start = choose_start(cfg, data, layout)
+    stages: tuple[int, ...] = ()
+    if cfg.chunk is None and staged(cfg, layout):  # physical parameters: whole trajectories, reached in stages
+        stages = stage_lengths([len(tr) for tr in data.trajectories])
+        cfg.chunk = stages[0]
     if cfg.chunk is None:  # 4 steps (A5); longer chunks when unmeasured states must be estimated per chunk
         shortest = min(len(tr) for tr in data.trajectories) - 1
         cfg.chunk = max(1, min(20 if data.latent and cfg.start == "estimate" else 4, shortest))
@@ -114,6 +123,11 @@ def prepare(model_path: str, model_name: str | None, cfg: FitConfig, consts: Map
         from .latent import start_guesses
 
         data = replace(data, trajectories=tuple(replace(tr, S=S) for tr, S in zip(data.trajectories, start_guesses(data))))
+    if cfg.val_fraction is None:  # a hold-out only where it serves: networks (early stopping, saturation)
+        cfg.val_fraction = 0.2 if layout.networks else 0.0
+    substeps_note = None
+    if cfg.substeps is None:  # networks: 1 (their rates at the initial weights say nothing about the system)
+        cfg.substeps, substeps_note = (1, None) if layout.networks else auto_substeps(num, data, p_start, cfg.integrator)
     train, val = split_validation(data, cfg.val_fraction, cfg.seed)
     spec = LossSpec(steps=cfg.chunk, dt=data.dt, method=cfg.integrator, substeps=cfg.substeps, loss=cfg.loss,
                     threads=cfg.threads, project=cfg.project, variable_step=not data.uniform,
@@ -121,7 +135,72 @@ def prepare(model_path: str, model_name: str | None, cfg: FitConfig, consts: Map
                     dtype=cfg.dtype, device=cfg.device, dropout=_dropout(cfg, compiled.system))
     loss = make_loss(num, layout, spec, data.observed, cfg)  # CasADi or torch backend (cfg.backend)
     loss = regularize.wrap_loss(loss, cfg, m, num, layout, train)  # equilibrium / sparsity terms, when set
-    return FitRun(model_path, m, num, layout, cfg, data, train, val, loss, p_start)
+    return FitRun(model_path, m, num, layout, cfg, data, train, val, loss, p_start, spec, stages, substeps_note)
+
+
+def staged(cfg: FitConfig, layout: ParamLayout) -> bool:
+    """Whether a fit uses whole trajectories reached in stages: physical parameters only (no networks), by
+    Gauss–Newton with estimated starts on fixed windows (the default for such fits)."""
+    return (not layout.networks and cfg.method == "gauss-newton" and cfg.start == "estimate"
+            and cfg.shooting == "single" and cfg.window == "chunks")
+
+
+_FIRST_WINDOW = 10  # steps of the first stage's windows: short, so that a start far from the optimum still fits
+_STAGE_GROWTH = 4  # each stage's windows are this many times longer than the last one's
+_STAGE_EPOCHS = 25  # Levenberg–Marquardt steps at most in a stage before the last (--epochs bounds the last)
+
+
+def stage_lengths(lengths: list[int], first: int = _FIRST_WINDOW) -> tuple[int, ...]:
+    """Window lengths (steps) of a staged fit: ``first``, ×4, ... while clearly shorter than the longest
+    trajectory, then whole trajectories (longest − 1 steps; shorter ones are padded, :func:`whole_trajectories`)."""
+    whole = max(lengths) - 1
+    out = []
+    n = max(1, min(first, whole))
+    while 2 * n <= whole:
+        out.append(n)
+        n *= _STAGE_GROWTH
+    out.append(whole)
+    return tuple(out)
+
+
+_STEP_SCALE = 0.2  # substeps so that |h λ| ≤ this for the fastest local rate λ (RK4: local error ~ (hλ)⁵/120)
+_MAX_SUBSTEPS = 64
+
+
+def auto_substeps(num: NumericSystem, data: Dataset, p: np.ndarray, integrator: str) -> tuple[int, str]:
+    """Integration substeps per sample interval from the sample spacing and the model's time scales: the largest
+    |eigenvalue| of ∂f/∂x over up to 64 data states (start values of the parameters) sets the step h so that
+    |h λ| ≤ 0.2. Returns (substeps, a sentence saying why)."""
+    import casadi as ca
+
+    from .loss import state_from_shown
+
+    h_max = max((float(np.max(np.diff(tr.t))) for tr in data.trajectories if len(tr.t) > 1), default=0.0)
+    if num.rhs is None or h_max <= 0 or num.nx == 0:
+        return 1, "1 integration step per sample interval (no explicit right-hand side to take time scales from)"
+    sym = ca.SX.sym if num.kind == "SX" else ca.MX.sym
+    t, x, pp, u = sym("t"), sym("x", num.nx), sym("p", len(num.p_names)), sym("u", len(num.u_names))
+    jac = ca.Function("rhs_jac", [t, x, pp, u], [ca.jacobian(num.rhs(t, x, pp, u), x)])
+    g = state_from_shown(num)
+    samples = [(tr, k) for tr in data.trajectories for k in range(len(tr.t))]
+    pick = [samples[i] for i in np.unique(np.linspace(0, len(samples) - 1, min(64, len(samples))).astype(int))]
+    lam = 0.0
+    for tr, k in pick:
+        s = np.asarray(tr.S[k], dtype=float)
+        if not np.all(np.isfinite(s)):
+            continue
+        u_k = np.asarray(tr.U[k], dtype=float) if tr.U.size else np.zeros(len(num.u_names))
+        try:
+            xk = np.asarray(g(float(tr.t[k]), s, p), dtype=float).ravel()
+            J = np.asarray(jac(float(tr.t[k]), xk, p, u_k), dtype=float)
+            ev = np.linalg.eigvals(J) if np.all(np.isfinite(J)) else np.array([0.0])
+        except (RuntimeError, np.linalg.LinAlgError):
+            continue
+        lam = max(lam, float(np.max(np.abs(ev), initial=0.0)))
+    m = int(min(_MAX_SUBSTEPS, max(1, np.ceil(h_max * lam / _STEP_SCALE)))) if integrator == "rk4" else 1
+    rate = f"fastest rate |λ| ≈ {lam:.3g}/s along the data" if lam > 0 else "no local rate found"
+    return m, (f"{m} {integrator} step{'s' if m > 1 else ''} per sample interval ({rate}, sample spacing {h_max:.3g} s"
+               + (f"; h·|λ| ≤ {_STEP_SCALE}" if integrator == "rk4" else "; implicit scheme: one step") + ")")
 
 
 def fit_inputs(num: NumericSystem, exprs: Mapping[str, str] | None) -> dict:
@@ -365,7 +444,11 @@ def run_fit(model_path: str, model_name: str | None, cfg: FitConfig, out_dir: st
     t0 = time.perf_counter()
     save = _checked_save(run, out_dir / ck.NAME, fp)
     on_epoch = regularize.epoch_callback(run.loss, state, train_chunks, save)
-    if c.start == "estimate":
+    if run.stages:
+        result, train_chunks = _staged_fit(run, state, opts, on_epoch, log)
+        run._final_chunks = train_chunks
+    elif c.start == "estimate":
+        run._final_chunks = train_chunks
         from .latent import latent_gauss_newton
 
         result = latent_gauss_newton(run.loss, run.train, train_chunks, val_chunks, state, opts, on_epoch=on_epoch)
@@ -384,9 +467,174 @@ def run_fit(model_path: str, model_name: str | None, cfg: FitConfig, out_dir: st
     if ident is not None:
         summary["identifiability"] = ident.to_dict()
         summary["notes"] = list(ident.sentences)
+        if ident.stderr is not None:  # an undetermined parameter has no error bar (None: "not determined")
+            for name, se in zip(ident.names, ident.stderr):
+                if not np.isfinite(se):
+                    summary["stderr"][name] = None
+        summary["misfit"] = misfit(run, result)
+        summary["notes"] += diagnostics(run, result, summary)
     if result.finished:
         _write_outputs(run, result, summary, out_dir)
     return summary
+
+
+def misfit(run: FitRun, result: Result) -> dict | None:
+    """χ² (the weighted residuals' sum of squares), its degrees of freedom and χ²/dof, when the fit's information
+    was computed (Gauss–Newton with estimated starts); ``noise_known`` when every observed column has a --noise σ,
+    so that χ²/dof should be near 1."""
+    extra = result.state.extra
+    if "residual_cost" not in extra or not extra.get("residual_dof"):
+        return None
+    chi2, dof = float(extra["residual_cost"]), int(extra["residual_dof"])
+    known = bool(run.cfg.noise) and all(n in run.cfg.noise for n in run.data.observed)
+    return {"chi2": chi2, "dof": dof, "ratio": chi2 / dof, "noise_known": known}
+
+
+_MISFIT_P = 1e-3  # χ²/dof outside the central 1 − 2·1e-3 of its distribution is a warning
+
+
+def diagnostics(run: FitRun, result: Result, summary: dict) -> list[str]:
+    """Warnings a fit's numbers alone do not show: a misfit far from the stated noise, parameters that ended at
+    a declared bound, a fit that never left its start values."""
+    notes = []
+    mf = summary.get("misfit")
+    if mf and mf["noise_known"]:
+        from scipy.stats import chi2
+
+        lo, hi = (float(chi2.ppf(q, mf["dof"])) / mf["dof"] for q in (_MISFIT_P, 1 - _MISFIT_P))
+        ratio = mf["ratio"]
+        if ratio > hi:
+            notes.append(
+                f"warning: the misfit is χ²/dof = {ratio:.3g}, {ratio:.3g}× what measurement noise of the stated size "
+                f"gives (expected {lo:.3g}–{hi:.3g} for {mf['dof']} degrees of freedom): the model misses something the "
+                "data show (model error), the stated --noise is too small, or the fit stopped in a local minimum (try "
+                "other start values); the error bars are scaled by the misfit")
+        elif ratio < lo:
+            notes.append(
+                f"warning: the misfit is χ²/dof = {ratio:.3g}, smaller than measurement noise of the stated size allows "
+                f"(expected {lo:.3g}–{hi:.3g}): the stated --noise is larger than the data's, or the model overfits")
+    notes += outliers(run, result, summary)
+    lay, specs = run.layout, {q.name: q for q in run.model.params}
+    for name in lay.free_names:
+        q, v = specs.get(name), summary["params"][name]
+        for side, bound in (("lower", getattr(q, "lower", None)), ("upper", getattr(q, "upper", None))):
+            if bound is not None and abs(v - bound) <= 1e-6 * max(abs(bound), abs(v), 1e-12):
+                notes.append(f"warning: {name} ended at its {side} bound {bound:g}: the best fit may lie beyond it, and "
+                             "its error bar assumes it does not (check the model, or the bound)")
+    theta0 = lay.theta_from_p(run.p_start)
+    theta = np.asarray(result.state.theta, dtype=float)
+    if result.state.epoch > 0 and lay.free_names and np.all(np.abs(theta - theta0) <= 1e-9 * (1 + np.abs(theta0))):
+        notes.append("warning: the fit never left its start values: the data may not depend on the free parameters "
+                     "there, or the first steps failed; try other start values (--param NAME=VALUE)")
+    return notes
+
+
+_OUTLIER_SIGMAS = 5.0  # a standardized residual beyond this is reported as a likely outlier
+_LISTED = 5  # at most this many residuals are listed
+
+
+def largest_residuals(run: FitRun, result: Result, summary: dict, count: int = _LISTED) -> list[dict]:
+    """The largest standardized residuals of a fit with estimated starts: residual / σ (the stated noise when
+    every column has one, else the fit's residual scale), with the data file line, column and time of each."""
+    r = result.state.arrays.get("residuals")
+    chunks = getattr(run, "_final_chunks", None)
+    mf = summary.get("misfit")
+    if r is None or chunks is None or not mf or r.shape[0] != len(chunks):
+        return []
+    n_obs, n = len(run.data.observed), chunks.steps
+    scale = 1.0 if mf["noise_known"] else float(np.sqrt(max(mf["ratio"], 1e-300)))
+    z = np.abs(np.asarray(r)[:, : n_obs * (n + 1)]) / scale  # (first sample, then each step) × columns
+    flat = np.argsort(z, axis=None)[::-1][:count]
+    out = []
+    for e in flat:
+        c, k = np.unravel_index(int(e), z.shape)
+        step, col = divmod(int(k), n_obs)
+        j, s0 = (int(v) for v in chunks.origin[c])
+        tr = run.train.trajectories[j]
+        if s0 + step >= len(tr.t):
+            continue  # padding
+        out.append({"z": float(z[c, k]), "line": int(tr.first_line + s0 + step), "column": run.data.observed[col],
+                    "t": float(tr.t[s0 + step]), "trajectory": tr.label})
+    return out
+
+
+def outliers(run: FitRun, result: Result, summary: dict) -> list[str]:
+    """The largest standardized residuals (summary["largest_residuals"]), and a warning naming the data lines of
+    those beyond 5σ — Gaussian noise puts one there in ~2 million samples."""
+    top = largest_residuals(run, result, summary)
+    summary["largest_residuals"] = top
+    far = [x for x in top if x["z"] > _OUTLIER_SIGMAS]
+    if not far:
+        return []
+    r = result.state.arrays["residuals"]
+    mf = summary["misfit"]
+    scale = 1.0 if mf["noise_known"] else float(np.sqrt(max(mf["ratio"], 1e-300)))
+    n_far = int(np.sum(np.abs(np.asarray(r)) / scale > _OUTLIER_SIGMAS))
+    where = "; ".join(f"line {x['line']} ({x['column']} at t = {x['t']:.6g}): {x['z']:.3g}σ" for x in far)
+    return [f"warning: {n_far} sample{'s' if n_far != 1 else ''} deviate{'s' if n_far == 1 else ''} from the fit by more "
+            f"than {_OUTLIER_SIGMAS:g}σ (outliers, or model error there): {where}"
+            + (f", …" if n_far > len(far) else "") + " — they pull the estimates; check or remove them"]
+
+
+def _stage_chunks(run: FitRun, k: int, which: str = "train"):
+    ds = run.train if which == "train" else run.val
+    return whole_trajectories(ds) if k == len(run.stages) - 1 else make_chunks(ds, run.stages[k], run.stages[k])
+
+
+def _carried_starts(S_prev: np.ndarray, prev, chunks) -> np.ndarray:
+    """The start estimates of the last stage where a new window begins at one of its windows' starts (every
+    stage's windows begin at multiples of the last one's length), else the data guesses."""
+    at = {(int(j), int(s)): i for i, (j, s) in enumerate(prev.origin)}
+    S = np.array(chunks.S0, dtype=float)
+    for i, (j, s) in enumerate(chunks.origin):
+        k = at.get((int(j), int(s)))
+        if k is not None and k < len(S_prev):
+            S[i] = S_prev[k]
+    return S
+
+
+def _staged_fit(run: FitRun, state: ck.State, opts: TrainOptions, on_epoch, log):
+    """Levenberg–Marquardt with estimated starts on windows that grow stage by stage up to whole trajectories
+    (:func:`stage_lengths`): the short windows first, where a start far from the optimum still converges, then
+    longer ones warm-started from the last stage's parameters and start estimates, ending at one window per
+    trajectory — every sample compared once, one start per trajectory — whose information gives the error
+    bars. A checkpoint records the stage, so ``--resume`` continues inside it."""
+    from dataclasses import replace as _replace
+
+    from .latent import latent_gauss_newton
+
+    first = int(state.extra.get("stage", 0))
+    result = None
+    chunks = _stage_chunks(run, first)
+    for k in range(first, len(run.stages)):
+        last = k == len(run.stages) - 1
+        chunks = _stage_chunks(run, k)
+        if k > first or state.arrays.get("starts") is None:
+            if k > first:  # carry the last stage's estimates into this one
+                prev = _stage_chunks(run, k - 1)
+                state.arrays["starts"] = _carried_starts(state.arrays["starts"], prev, chunks)
+                if run.val.trajectories:
+                    prev_val = _stage_chunks(run, k - 1, "val")
+                    state.arrays["starts_val"] = _carried_starts(state.arrays.get("starts_val", prev_val.S0), prev_val,
+                                                                 _stage_chunks(run, k, "val"))
+            state.extra.pop("converged", None)
+            state.extra["stage"] = k
+            state.extra["stage_start_epoch"] = state.epoch
+        loss = run.loss if k == 0 else make_loss(run.num, run.layout, _replace(run.spec, steps=run.stages[k]),
+                                                 run.data.observed, run.cfg)
+        # --epochs bounds the last stage; the earlier ones end at convergence or _STAGE_EPOCHS, whatever --epochs
+        # says, so that a run continued with more --epochs (--resume) equals one given them from the start
+        budget = run.cfg.epochs if last else _STAGE_EPOCHS
+        stage_opts = _replace(opts, epochs=int(state.extra.get("stage_start_epoch", state.epoch)) + budget)
+        result = latent_gauss_newton(loss, run.train, chunks, _stage_chunks(run, k, "val"), state, stage_opts,
+                                     on_epoch=on_epoch)
+        stopped = opts.stop_after is not None and state.epoch >= opts.stop_after
+        what = "whole trajectories" if last else f"windows of {run.stages[k]} steps"
+        log(f"  stage {k + 1}/{len(run.stages)}: {what} ({len(chunks)}), {state.epoch} epochs so far, "
+            f"cost {state.history['train'][-1]:.6g}" + ("" if state.extra.get("converged") else " (not converged)"))
+        if stopped and not (last and result.finished):
+            return _replace(result, finished=False), chunks
+    return result, chunks
 
 
 def _random_windows(run: FitRun):
@@ -428,7 +676,11 @@ def identifiability(run: FitRun, result: Result, train_chunks, batch: int = 200)
     values = np.array([p[i] for i in idx])
     dp = np.array([tr.derivative(float(theta[k])) for k, tr in enumerate(lay.transforms)])
     T = np.where(values != 0, dp / np.where(values != 0, values, 1.0), 1.0)
-    ident = analyse(lay.free_names, values, H[: len(idx), : len(idx)], cost, dof, T)
+    by = "these data"
+    if not run.stages:  # short windows each with its own start may be what leaves a parameter undetermined
+        by = (f"this fit (windows of {run.cfg.chunk} steps, each from {'its own estimated start' if run.cfg.start == 'estimate' else 'a data sample'}; "
+              "whole trajectories may determine it: leave --chunk at its default)")
+    ident = analyse(lay.free_names, values, H[: len(idx), : len(idx)], cost, dof, T, by=by)
     ident.sentences[:0] = notes
     return ident
 
@@ -439,6 +691,9 @@ def _banner(run: FitRun, n_train: int, n_val: int, epoch: int, segments=None) ->
         dropped = f", {segments.dropped} trailing samples dropped" if segments.dropped else ""
         pieces = (f"{len(segments)} shooting segments of {c.chunk} steps linked by continuity constraints{dropped}; "
                   f"{n_val} validation chunks")
+    elif run.stages:
+        pieces = "whole trajectories, each start estimated" + (
+            f", reached through windows of {', '.join(str(n) for n in run.stages[:-1])} steps" if len(run.stages) > 1 else "")
     else:
         pieces = f"{n_train} / {n_val} chunks of {c.chunk} steps" + (
             " (one random window per trajectory, redrawn every epoch)" if c.window == "random" else "")
@@ -452,7 +707,8 @@ def _banner(run: FitRun, n_train: int, n_val: int, epoch: int, segments=None) ->
             f"{getattr(run.loss, 'backend', 'casadi')} backend"
             + ("" if c.start != "estimate" else "; chunk starts estimated"
                + (f" (unmeasured: {', '.join(run.data.latent)})" if run.data.latent else ""))
-            + ("" if run.data.uniform else "; irregular sampling"))
+            + ("" if run.data.uniform else "; irregular sampling")
+            + (f"\n  {run.substeps_note}" if run.substeps_note else ""))
 
 
 def _summary(run: FitRun, result: Result, elapsed: float) -> dict:
@@ -570,6 +826,10 @@ def _params_json(run: FitRun, summary: dict, names: dict) -> dict:
         "train_loss": _finite_or_none(summary["train_loss"]), "val_loss": _finite_or_none(summary["val_loss"]),
         "settings": _strict(_settings(run.cfg)),
         "identifiability": _strict(summary.get("identifiability")),
+        "misfit": _strict(summary.get("misfit")),
+        "largest_residuals": _strict(summary.get("largest_residuals")),
+        "notes": list(summary.get("notes") or ()),
+        "stages": list(run.stages) or None,
     }
 
 
