@@ -13,6 +13,8 @@ import math
 import re
 import sys
 from collections import ChainMap
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Callable, Mapping
 
 import sympy as sp
@@ -764,6 +766,16 @@ class Evaluator:
         hi = int_value(self.eval(e.hi), e.hi.span, "a loop bound")
         if hi - lo > 100_000:
             raise PdslError.at("BadArrayBounds", f"the range {lo}..{hi} is too long", e.span)
+        budget = _SUM_BUDGET.get()
+        if budget is None or not budget.active:  # an outermost sum: its nested sums estimated before any is expanded
+            used = budget.used if budget is not None else 0
+            total = _estimate_terms(Evaluator(self.scope), e, lo, hi, MAX_SUM_TERMS - used + 1)
+            if used + total > MAX_SUM_TERMS:
+                _too_many_terms(e, max(hi - lo + 1, 0), nested=total > hi - lo + 1)
+        with _expanding(e, max(hi - lo + 1, 0)):
+            return self._expand_sum(e, lo, hi)
+
+    def _expand_sum(self, e: A.Generator, lo: int, hi: int):
         fast = self.fast or self._fast_sum(e, hi - lo + 1)
         # the expression around a structural sum goes on structurally: `(sum(...) + sum(...))/N` would otherwise
         # be canonicalised (sorted, and 1/N distributed over every term) in one costly pass
@@ -794,6 +806,109 @@ class Evaluator:
                 ev.fast = fast
                 terms.append(ev.number(e.body))
         return _add_all(terms, e.span, structural=fast)
+
+
+# ------------------------------------------------------------------ the term budget of sums
+MAX_SUM_TERMS = 100_000  # terms all `sum(... for i in a..b)` of one model expand to, nested sums multiplied out
+
+
+class _SumBudget:
+    """Terms spent so far and the sums being expanded (outermost first)."""
+
+    def __init__(self):
+        self.used = 0
+        self.active: list[tuple[A.Generator, int]] = []
+
+
+_SUM_BUDGET: ContextVar[_SumBudget | None] = ContextVar("pdsl_sum_budget", default=None)
+
+
+@contextmanager
+def sum_budget():
+    """One budget of :data:`MAX_SUM_TERMS` for everything evaluated inside (a model's resolution).
+    Outside one, each outermost sum has a budget of its own."""
+    token = _SUM_BUDGET.set(_SumBudget())
+    try:
+        yield
+    finally:
+        _SUM_BUDGET.reset(token)
+
+
+def spend_sum_terms(e: A.Generator, n: int) -> None:
+    """Count ``n`` terms of ``e`` against the budget before they are expanded; past it, a located
+    ``TooManyTerms`` at the outermost sum being expanded (the one the user can make smaller)."""
+    budget = _SUM_BUDGET.get()
+    if budget is None:
+        return
+    if budget.used + n > MAX_SUM_TERMS:
+        outer, outer_n = budget.active[0] if budget.active else (e, n)
+        _too_many_terms(outer, outer_n, nested=bool(budget.active) and outer is not e)
+    budget.used += n
+
+
+def _too_many_terms(e: A.Generator, n: int, nested: bool):
+    inside = ", with the sums inside it" if nested else ""
+    raise PdslError.at(
+        "TooManyTerms",
+        f"expanding this sum ({n:,} terms{inside}) takes the sums of the model past "
+        f"{MAX_SUM_TERMS:,} terms, the most they may expand to in all",
+        e.span,
+        "use smaller bounds (`--const N=...`), or fewer nested sums",
+    )
+
+
+def _inner_sums(body: A.Expr) -> list[A.Generator]:
+    """The sums directly inside ``body`` (not those inside them)."""
+    out, stack = [], [body]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, A.Generator):
+            out.append(x)
+        elif isinstance(x, tuple):
+            stack.extend(x)
+        elif isinstance(x, A.Expr | A.KwArg):
+            stack.extend(getattr(x, f) for f in x.__dataclass_fields__ if f != "span")
+    return out
+
+
+def _estimate_terms(ev: "Evaluator", e: A.Generator, lo: int, hi: int, cap: int) -> int:
+    """The terms ``e`` expands to with its nested sums multiplied out (an inner sum whose bounds depend on
+    the index counted at the larger of its sizes at the first and the last index), or more than ``cap``.
+    Bounds that cannot be evaluated count as nothing: the expansion reports them, and counts as it goes."""
+    n = max(hi - lo + 1, 0)
+    inner = _inner_sums(e.body) if n else []
+    per = 0
+    for g in inner:
+        best = None
+        for k in dict.fromkeys((lo, hi)):
+            sub = ev.with_names({e.var: sp.Integer(k)})
+            try:
+                g_lo = int_value(sub.eval(g.lo), g.lo.span, "a loop bound")
+                g_hi = int_value(sub.eval(g.hi), g.hi.span, "a loop bound")
+            except Exception:  # noqa: BLE001 - an estimate; the expansion itself reports a bad bound
+                continue
+            if best is None or g_hi - g_lo > best[2] - best[1]:
+                best = (sub, g_lo, g_hi)
+        if best is not None and best[2] >= best[1]:
+            per += _estimate_terms(best[0], g, best[1], best[2], cap // n + 1)
+        if n + n * per > cap:
+            break
+    return n + n * per
+
+
+@contextmanager
+def _expanding(e: A.Generator, n: int):
+    """Spend ``n`` terms of ``e`` and mark it as being expanded (a budget of its own when none is set)."""
+    token = _SUM_BUDGET.set(_SumBudget()) if _SUM_BUDGET.get() is None else None
+    budget = _SUM_BUDGET.get()
+    spend_sum_terms(e, n)
+    budget.active.append((e, n))
+    try:
+        yield
+    finally:
+        budget.active.pop()
+        if token is not None:
+            _SUM_BUDGET.reset(token)
 
 
 _RELATIONS: Mapping[str, Callable] = {"<": sp.Lt, "<=": sp.Le, ">": sp.Gt, ">=": sp.Ge, "==": sp.Eq, "!=": sp.Ne}

@@ -99,7 +99,9 @@ def resolve_file(file: A.File, const_overrides: Mapping[str, int] | None = None)
 def resolve(m: A.ModelDef, const_overrides: Mapping[str, int] | None = None) -> M.Model:
     from .units import check_units  # units of measure: checked on the AST, attached to the model
 
-    with gc_paused():
+    from .expressions import sum_budget
+
+    with gc_paused(), sum_budget():
         return check_units(m, _Resolver(m, dict(const_overrides or {})).run())
 
 

@@ -62,6 +62,7 @@ class _State:
 
     def __init__(self, index: sp.Dummy):
         self.index = index
+        self.count = 1  # the terms of the sum this template stands for (inner sums expand once for each)
         self.symbols = {index}
         self.elements: list[tuple] = []  # (symbol, base, index values, span), in creation order
         self.produced: list = []  # every value the body's evaluation made (also those a folded `if` discards)
@@ -143,6 +144,7 @@ class TemplateEvaluator(X.Evaluator):
         hi = X.int_value(self._independent(self.eval(e.hi)), e.hi.span, "a loop bound")
         if hi - lo > 100_000:
             raise NotTemplate
+        X.spend_sum_terms(e, max(hi - lo + 1, 0) * self.state.count)  # the template stands for every outer term
         terms = [self.with_names({e.var: sp.Integer(i)}).number(e.body) for i in range(lo, hi + 1)]
         return X._add_all(terms, e.span, structural=True)
 
@@ -417,6 +419,7 @@ def template_terms(base: X.Evaluator, e: A.Generator, lo: int, hi: int) -> list 
     template-safe. ``base`` is the evaluator the sum evaluates its terms with (structural mode)."""
     index = sp.Dummy(e.var)
     state = _State(index)
+    state.count = max(hi - lo + 1, 1)
     tev = TemplateEvaluator(base.scope.child({e.var: index}), base.nn_inputs, state)
     if base._absent:
         tev._absent = base._absent - {e.var}
