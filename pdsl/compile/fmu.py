@@ -241,6 +241,26 @@ def _fmt(v: float) -> str:
     return repr(float(v))
 
 
+# characters XML 1.0 does not allow, not even as character references: C0 controls but tab, newline and
+# carriage return; lone surrogates; U+FFFE and U+FFFF
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def xml_text(s: str) -> str:
+    """``s`` with every character XML 1.0 does not allow replaced by U+FFFD (ElementTree escapes the rest)."""
+    return _NOT_XML.sub("\ufffd", s)
+
+
+def _xml_safe(root: ET.Element) -> None:
+    """Every attribute value and text of the tree made XML 1.0 (a model's description may hold control characters)."""
+    for el in root.iter():
+        el.attrib = {xml_text(k): xml_text(v) for k, v in el.attrib.items()}
+        if el.text:
+            el.text = xml_text(el.text)
+        if el.tail:
+            el.tail = xml_text(el.tail)
+
+
 def model_description(num: NumericSystem, lay: FmuLayout, ident: str, guid: str, deps: dict[int, list[int]],
                       sources: list[str]) -> bytes:
     sys_ = num.system
@@ -302,6 +322,7 @@ def model_description(num: NumericSystem, lay: FmuLayout, ident: str, guid: str,
         el = ET.SubElement(ms, "InitialUnknowns")
         for v in sorted(initial, key=lambda v: idx[id(v)]):
             unknown(el, idx[id(v)], False)
+    _xml_safe(root)
     ET.indent(root)
     return b'<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="utf-8") + b"\n"
 
