@@ -698,9 +698,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             build_parser().print_help()
             return EXIT_USER
-        return _run_command(args)
+        from .. import quiet  # standard library only
+
+        quiet.set_passthrough(args.verbose >= 2)  # -vv: what CasADi, SUNDIALS and IPOPT print reaches the terminal
+        quiet.take_note()  # the note of this command only
+        code = _run_command(args)
+        _solver_note()
+        return code
     except PdslError as err:
         print(render(err.diagnostics, color=sys.stderr.isatty()), file=sys.stderr)
+        _solver_note()
         return EXIT_USER
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -716,7 +723,22 @@ def main(argv: list[str] | None = None) -> int:
         else:
             exc = sys.exc_info()[1]
             print(f"internal error: {type(exc).__name__}: {exc}\n(this is a bug in pdsl; run with --debug for the traceback)", file=sys.stderr)
+        _solver_note()
         return EXIT_INTERNAL
+
+
+def _solver_note() -> None:
+    """Once per command, after its result or its error: how many lines the numerical solvers printed while pdsl
+    kept them off the terminal (pdsl.quiet), with the first and the last."""
+    quiet = sys.modules.get("pdsl.quiet")  # not imported: no solver ran
+    if quiet is None:
+        return
+    try:
+        text = quiet.take_note()
+        if text:
+            print(text, file=sys.stderr)
+    except (OSError, ValueError):  # standard error closed: nothing to tell
+        pass
 
 
 def entry() -> None:

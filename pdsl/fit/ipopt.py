@@ -74,7 +74,10 @@ class _IterationCallback(ca.Callback):
         return ca.Sparsity(0, 0)
 
     def eval(self, arg):
-        stop = self.on_iteration(np.asarray(arg[0]).ravel(), float(arg[1]))
+        from .. import quiet
+
+        with quiet.released():  # the progress bar and checkpoints: pdsl's own output, inside the captured solve
+            stop = self.on_iteration(np.asarray(arg[0]).ravel(), float(arg[1]))
         return [1 if stop else 0]
 
 
@@ -121,8 +124,11 @@ def _solve(w, r, scale: float, g, w0, state: State, opts: TrainOptions, hessian:
                                           [ca.triu(lam_f * (2 * scale) * ca.mtimes(J.T, J))],
                                           ["x", "p", "lam_f", "lam_g"], ["hess_gamma_x_x"])
     solver = ca.nlpsol("pdsl_fit", "ipopt", {"x": w, "f": f, "g": g}, options)
+    from .. import quiet
+
     try:
-        sol = solver(x0=w0, lbg=0, ubg=0)
+        with quiet.capture():  # IPOPT's own lines, failed stage solves' dumps, CasADi's evaluation warnings
+            sol = solver(x0=w0, lbg=0, ubg=0)
     except RuntimeError as exc:  # an implicit stage solve failing inside a function evaluation
         raise PdslError.at("IntegratorFailure", f"IPOPT stopped: {str(exc).strip().splitlines()[-1]}",
                            hint="start closer to the data (--param), use more --substeps, or --integrator rk4") from None

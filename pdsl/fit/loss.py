@@ -192,63 +192,15 @@ def casadi_step_options(spec: LossSpec) -> dict:
     return {"solver": "newton", "tol": o.get("tol") or _IMPLICIT_TOL}
 
 
-class _SilentC:
-    """fds 1 and 2 to /dev/null around a CasADi call: a rootfinder that fails (a Gauss–Newton trial step
-    far from the data, which the line search then rejects) prints its inputs with C's stdio, hundreds of
-    lines that no option turns off; the failure itself arrives as the exception. Python's buffers are
-    flushed first, C's before the fds come back."""
-
-    def __enter__(self):
-        import ctypes
-        import os
-        import sys
-
-        self._saved = []
-        self._streams = (sys.stdout, sys.stderr)
-        sink = _Sink()
-        sys.stdout = sys.stderr = sink  # CasADi's Python bindings write its messages through these
-        try:
-            self._streams[0].flush()
-            self._streams[1].flush()
-            self._libc = ctypes.CDLL(None)
-            null = os.open(os.devnull, os.O_WRONLY)
-        except (OSError, ValueError, AttributeError):  # no real fds (an embedding host): leave them alone
-            return self
-        try:
-            for fd in (1, 2):
-                self._saved.append((fd, os.dup(fd)))
-                os.dup2(null, fd)
-        finally:
-            os.close(null)
-        return self
-
-    def __exit__(self, *exc):
-        import os
-        import sys
-
-        if self._saved:
-            self._libc.fflush(None)
-        for fd, saved in self._saved:
-            os.dup2(saved, fd)
-            os.close(saved)
-        sys.stdout, sys.stderr = self._streams
-        return False
-
-
-class _Sink:
-    """A text stream that keeps nothing."""
-
-    def write(self, text: str) -> int:
-        return len(text)
-
-    def flush(self) -> None:
-        pass
-
-
 def _call(fn: ca.Function, *args):
     """Evaluate ``fn``; a failed implicit stage solve becomes a located user error."""
+    from .. import quiet
+
     try:
-        with _SilentC():
+        # a rootfinder that fails (a Gauss–Newton trial step far from the data, which the line search then
+        # rejects) prints its inputs, hundreds of lines that no option turns off; the failure itself arrives as
+        # the exception. pdsl.quiet keeps them off the terminal (counted in the CLI's note).
+        with quiet.capture():
             return fn(*args)
     except RuntimeError as exc:
         if "rootfinder" not in str(exc):

@@ -46,13 +46,21 @@ def _unbroadcast(a: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
     return np.ascontiguousarray(a)
 
 
+def _quiet_call(fn: ca.Function, args: list):
+    """``fn.call(args)`` with what CasADi prints kept off the terminal (pdsl.quiet)."""
+    from .. import quiet
+
+    with quiet.capture():
+        return fn.call(args)
+
+
 class CasadiFunction(torch.autograd.Function):
     """``CasadiFunction.apply(fn, *inputs)``: outputs of ``fn``; gradients by its reverse mode."""
 
     @staticmethod
     def forward(ctx, fn: ca.Function, *inputs: torch.Tensor):
         args = [_to_casadi(t) for t in inputs]
-        outs = fn.call(args)
+        outs = _quiet_call(fn, args)
         ctx.fn, ctx.args, ctx.outs = fn, args, outs
         ctx.shapes = [t.shape for t in inputs]
         result = tuple(_to_torch(o, fn.sparsity_out(k)) for k, o in enumerate(outs))
@@ -66,7 +74,7 @@ class CasadiFunction(torch.autograd.Function):
             sp = fn.sparsity_out(k)
             g = torch.zeros(sp.size1(), sp.size2(), dtype=torch.float64) if g is None else g
             seeds.append(ca.DM(g.detach().cpu().numpy().astype(float).reshape(sp.size1(), sp.size2())))
-        adj = fn.reverse(1).call([*ctx.args, *ctx.outs, *seeds])
+        adj = _quiet_call(fn.reverse(1), [*ctx.args, *ctx.outs, *seeds])
         grads = []
         for k, shape in enumerate(ctx.shapes):
             if not ctx.needs_input_grad[k + 1]:
@@ -79,7 +87,7 @@ class CasadiFunction(torch.autograd.Function):
 class _CasadiLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, fn: ca.Function, theta: torch.Tensor, n_data: int, *data: torch.Tensor):
-        L, g = fn.call([_to_casadi(theta), *[ca.DM(d.numpy()) for d in data]])
+        L, g = _quiet_call(fn, [_to_casadi(theta), *[ca.DM(d.numpy()) for d in data]])
         ctx.grad = torch.from_numpy(np.asarray(g.full(), dtype=np.float64).ravel()).reshape(theta.shape)
         ctx.n_data = n_data
         return torch.tensor(float(L), dtype=torch.float64)

@@ -8,6 +8,7 @@ file (linear interpolation in time).
 from __future__ import annotations
 
 import math
+import re
 import time
 from dataclasses import field, replace
 from pathlib import Path
@@ -43,6 +44,13 @@ NATIVE = ("dop853",)
 # 64 states: at tight tolerances functional iteration's corrector is less accurate (the rigid rotor, 24 states,
 # rtol 1e-11: energy drift 4e-9 relative with it, < 1e-9 with Newton), and small systems gain little.
 FUNCTIONAL_FROM = 64
+# CVODES/IDAS take at most this many steps towards one output time: STEPS_FIRST, and when that is not enough the
+# run is redone with STEPS_MAX, unless the solver stalled (t + h = t: a finite-time blow-up, a singularity) or its
+# progress projects more than STEPS_HOPELESS steps for the interval (sign() chattering: Coulomb friction). A
+# blow-up used to take all 1,000,000 steps at t = 1, and print a warning at each (issue 26; pdsl.quiet).
+STEPS_FIRST = 100_000
+STEPS_MAX = 1_000_000
+STEPS_HOPELESS = 10 * STEPS_MAX
 
 
 @record(kw_only=False, slots=False)
@@ -529,7 +537,7 @@ def _integrate(num, grid, X0, st: _Setup, threads: int = 1) -> list[tuple[np.nda
         rollout = make_rollout(ca.Function("f", [t, x, P], [xdot]), st.integrator, h, (len(grid) - 1) * st.substeps)
         F = rollout.map(n, "thread", threads) if n > 1 else rollout
         steps = (len(grid) - 1) * st.substeps
-        out = np.asarray(F(float(grid[0]), X0.T, st.p))  # nx × (steps · n), trajectory after trajectory
+        out = np.asarray(_quiet_call(num, st, F, float(grid[0]), X0.T, st.p))  # nx × (steps · n), run after run
         runs = []
         for k in range(n):
             Xk = out[:, k * steps : (k + 1) * steps]
@@ -547,12 +555,12 @@ _INTEGRATORS: dict = {}
 _INTEGRATORS_MAX = 16
 
 
-def _main_integrator(num, grid, X0, st: _Setup):
+def _main_integrator(num, grid, X0, st: _Setup, steps: int = STEPS_FIRST):
     from . import compiled
 
     sigs = tuple(st.inputs[name].fn for name in num.u_names)
     objs = (num.dae, *sigs)
-    key = (tuple(id(o) for o in objs), num.kind, st.integrator, st.iteration, st.rtol, st.atol,
+    key = (tuple(id(o) for o in objs), num.kind, st.integrator, st.iteration, st.rtol, st.atol, steps,
            st.rhs.mode if st.rhs is not None else None,
            str(getattr(st.rhs.cache, "root", "")) if st.rhs is not None else "", grid.tobytes())
     hit = _INTEGRATORS.get(key)
@@ -561,7 +569,8 @@ def _main_integrator(num, grid, X0, st: _Setup):
             st.rhs.compiled, st.rhs.reason = hit["compiled"], hit["reason"]
         return hit["F"]
     t, x, z, P, xdot, g = _dae_exprs(num, st, sigs)
-    F = _sundials(num, st, t, x, z, P, xdot, g, float(grid[0]), [float(v) for v in grid], (X0[0], st.p, num.z_start))
+    F = _sundials(num, st, t, x, z, P, xdot, g, float(grid[0]), [float(v) for v in grid], (X0[0], st.p, num.z_start),
+                  steps)
     rhs = st.rhs
     if len(_INTEGRATORS) >= _INTEGRATORS_MAX:
         _INTEGRATORS.pop(next(iter(_INTEGRATORS)))
@@ -604,15 +613,16 @@ def _integrate_native(num, grid, X0, st: _Setup, threads: int):
 
 def _integrate_sundials(num, grid, X0, st: _Setup, threads: int):
     n = X0.shape[0]
-    F = _main_integrator(num, grid, X0, st)
-    try:
+
+    def run(steps):
+        F = _main_integrator(num, grid, X0, st, steps)
         if n == 1:
-            res = F(x0=X0[0], p=st.p, z0=num.z_start)
-            return [(np.asarray(res["xf"]).T, np.asarray(res["zf"]).T if num.nz else np.zeros((len(grid), 0)))]
-        Fm = F.map(n, "thread", threads)
-        res = Fm(x0=X0.T, p=st.p, z0=np.tile(num.z_start[:, None], n))
-    except RuntimeError as exc:
-        raise _failure(num, st, exc) from None
+            return F(x0=X0[0], p=st.p, z0=num.z_start)
+        return F.map(n, "thread", threads)(x0=X0.T, p=st.p, z0=np.tile(num.z_start[:, None], n))
+
+    res = _run_sundials(num, st, run, [float(v) for v in grid])
+    if n == 1:
+        return [(np.asarray(res["xf"]).T, np.asarray(res["zf"]).T if num.nz else np.zeros((len(grid), 0)))]
     xf = np.asarray(res["xf"])  # nx × (len(grid) · n), trajectory after trajectory
     zf = np.asarray(res["zf"])
     m = len(grid)
@@ -622,13 +632,16 @@ def _integrate_sundials(num, grid, X0, st: _Setup, threads: int):
     ]
 
 
-def _sundials(num, st, t, x, z, P, xdot, g, t0, tout, start=None):
-    """The CVODES/IDAS integrator over ``tout``; ``start`` = (x0, p, z0) for the probe of ``--compile auto``."""
+def _sundials(num, st, t, x, z, P, xdot, g, t0, tout, start=None, steps: int = STEPS_MAX):
+    """The CVODES/IDAS integrator over ``tout``; ``start`` = (x0, p, z0) for the probe of ``--compile auto``;
+    at most ``steps`` steps towards each output time."""
     plugin, plugin_opts = INTEGRATORS[st.integrator]
     dae = {"t": t, "x": x, "p": P, "ode": xdot}
     if num.nz:
         dae.update({"z": z, "alg": g})
-    opts = {"abstol": st.atol, "reltol": st.rtol, "max_num_steps": 1_000_000, **plugin_opts}
+    # show_eval_warnings: a right-hand side that is inf or NaN at a trial step (a blow-up) is a rejected step
+    # that CVODES retries smaller, and CasADi printed a warning line for each (hundreds of thousands)
+    opts = {"abstol": st.atol, "reltol": st.rtol, "max_num_steps": steps, "show_eval_warnings": False, **plugin_opts}
     if st.iteration == "functional":
         opts["nonlinear_solver_iteration"] = "functional"
     # the output grid includes t0, so that z(t0) is the consistent value IDAS computes, not the guess
@@ -647,10 +660,13 @@ def _probe(F, start, h: float) -> tuple[dict, bool]:
     """(statistics, stopped at max_num_steps) of a short VM run over a span ``h`` (pdsl.sim.compiled's scaled probe)
     from ``start`` = (x0, p, z0[, repeats]); the counts are multiplied by ``repeats``: how many integrations like
     this one the run makes (segments, intervals)."""
+    from .. import quiet
+
     x0, p, z0, *more = start
     repeats = more[0] if more else 1.0
     try:
-        F(x0=x0, p=np.append(p, h), z0=z0)
+        with quiet.capture(tally=False):  # a probe stopped at its step cap says so ("mxstep steps taken"): expected
+            F(x0=x0, p=np.append(p, h), z0=z0)
         capped = False
     except RuntimeError:
         capped = True
@@ -687,13 +703,15 @@ def _integrate_segments(num, grid, X0, st: _Setup, t, x, z, P, threads):
             xf = np.stack([X[1:].T for X in runs], axis=1)  # nx × n × len(tout)
             zf = np.zeros((0, n, len(tout)))
         else:
-            F = _sundials(num, st, t, x, z, ca.vertcat(P, tm), xdot, g, a, tout, (xa[:, 0], np.append(st.p, 0.5 * (a + b)), za[:, 0], (edges[-1] - edges[0]) / (b - a)))
-            if n > 1:
-                F = F.map(n, "thread", threads)
-            try:
-                res = F(x0=xa, p=np.append(st.p, 0.5 * (a + b)), z0=za)
-            except RuntimeError as exc:
-                raise _failure(num, st, exc) from None
+            def run(steps, a=a, b=b, tout=tout, xa=xa, za=za):
+                F = _sundials(num, st, t, x, z, ca.vertcat(P, tm), xdot, g, a, tout,
+                              (xa[:, 0], np.append(st.p, 0.5 * (a + b)), za[:, 0], (edges[-1] - edges[0]) / (b - a)),
+                              steps)
+                if n > 1:
+                    F = F.map(n, "thread", threads)
+                return F(x0=xa, p=np.append(st.p, 0.5 * (a + b)), z0=za)
+
+            res = _run_sundials(num, st, run, [a, *tout])
             xf = np.asarray(res["xf"]).reshape(num.nx, n, len(tout)) if n > 1 else np.asarray(res["xf"])[:, None, :]
             zf = (np.asarray(res["zf"]).reshape(num.nz, n, len(tout)) if n > 1 else np.asarray(res["zf"])[:, None, :]) \
                 if num.nz else np.zeros((0, n, len(tout)))
@@ -728,28 +746,131 @@ def _integrate_projected(num, grid, x0, st, t, x, z, P, xdot, g):
         for k in range(len(grid) - 1):
             xk = X[-1]
             for j in range(st.substeps):
-                xk = np.asarray(step(j * dt / st.substeps, xk, np.append(st.p, grid[k]))).ravel()
+                xk = np.asarray(_quiet_call(num, st, step, j * dt / st.substeps, xk, np.append(st.p, grid[k]))).ravel()
             X.append(proj.project(xk, st.p, float(grid[k + 1])).x)
             Z.append(Z[-1])
         return np.array(X), np.zeros((len(grid), 0))
-    F = _sundials(num, st, s, x, z, ca.vertcat(P, tk), xd, gg, 0.0, [dt], (X[0], np.append(st.p, grid[0]), Z[0], len(grid) - 1))
+    built: dict = {}
+
+    def run(steps, k=0):
+        if steps not in built:
+            built[steps] = _sundials(num, st, s, x, z, ca.vertcat(P, tk), xd, gg, 0.0, [dt],
+                                     (X[0], np.append(st.p, grid[0]), Z[0], len(grid) - 1), steps)
+        return built[steps](x0=X[-1], p=np.append(st.p, grid[k]), z0=Z[-1])
+
     for k in range(len(grid) - 1):
-        try:
-            res = F(x0=X[-1], p=np.append(st.p, grid[k]), z0=Z[-1])
-        except RuntimeError as exc:
-            raise _failure(num, st, exc) from None
+        res = _run_sundials(num, st, lambda steps, k=k: run(steps, k), [float(grid[k]), float(grid[k + 1])])
         X.append(proj.project(np.asarray(res["xf"]).ravel(), st.p, float(grid[k + 1])).x)
         Z.append(np.asarray(res["zf"]).ravel())
     return np.array(X), (np.array(Z) if num.nz else np.zeros((len(grid), 0)))
 
 
-def _failure(num, st, exc) -> PdslError:
-    return PdslError.at(
-        "IntegratorFailure",
-        f"{st.integrator} failed on {num.system.name}: {_first_line(exc)}",
-        num.system.span,
-        "check the initial state and parameters (a singular mass matrix or an escape to infinity?), or loosen --rtol",
-    )
+def _run_sundials(num, st: _Setup, run, edges: list[float]):
+    """``run(steps)``: build and call a CVODES/IDAS integrator taking at most ``steps`` steps per output time, with
+    what it prints captured (pdsl.quiet). First STEPS_FIRST; on CV_TOO_MUCH_WORK again with STEPS_MAX unless
+    :func:`_more_steps_may_help` says no. ``edges``: the start and the output times of the integration."""
+    from .. import quiet
+
+    for steps in (STEPS_FIRST, STEPS_MAX):
+        with quiet.capture() as out:
+            try:
+                return run(steps)
+            except RuntimeError as exc:
+                err = exc
+        verdict = _more_steps_may_help(err, out, edges, steps)
+        if steps == STEPS_MAX or verdict is not True:
+            raise _failure(num, st, err, out, steps, verdict if isinstance(verdict, str) else "")
+
+
+_AT_T = re.compile(r"At t = ?([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)")
+_MXSTEP = re.compile(r"At t = ?([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?),+ *mxstep")
+
+
+def _more_steps_may_help(exc: Exception, out, edges: list[float], steps: int) -> bool | str:
+    """After a run stopped at ``steps`` steps: could STEPS_MAX reach the output times? Not when the solver stalled
+    (``t + h = t``: the step size is below the resolution of t) nor when the progress made in the interval where it
+    stopped (``At t = ..., mxstep steps taken``, from the captured messages) projects more than STEPS_HOPELESS
+    steps for it (then the answer is that projection, in words). Only a progress well above the 6 digits of the
+    printed t counts; otherwise: True (retry)."""
+    if "TOO_MUCH_WORK" not in str(exc):
+        return False
+    said = out.text()
+    if "t + h = t" in said:
+        return False
+    import bisect
+
+    for m in _MXSTEP.finditer(said):
+        ts = float(m.group(1))
+        k = bisect.bisect_right(edges, ts) - 1
+        if not 0 <= k < len(edges) - 1 or not math.isfinite(ts):
+            continue
+        a, b = edges[k], edges[k + 1]
+        done = ts - a
+        if done > 1e-4 * max(abs(ts), abs(a)) and steps * (b - a) / done > STEPS_HOPELESS:
+            return (f"{steps:,} steps advanced only from t = {a:.6g} to {m.group(1)}, towards the output time "
+                    f"{b:.6g}: at that pace about {steps * (b - a) / done:.1g} steps")
+    return True
+
+
+# SUNDIALS return flags -> what happened, in words
+_FLAGS = {
+    "ERR_FAIL": "the error test failed repeatedly",
+    "CONV_FAIL": "the corrector did not converge",
+    "RHSFUNC_FAIL": "the right-hand side failed (inf or NaN?)",
+    "RHSFUNC_ERR": "the right-hand side is inf or NaN at every trial step",
+    "RES_FAIL": "the residual failed (inf or NaN?)",
+    "REP_RES_ERR": "the residual is inf or NaN at every trial step",
+    "LSETUP_FAIL": "the linear solver's setup failed (a singular Jacobian?)",
+    "LSOLVE_FAIL": "the linear solve failed (a singular Jacobian?)",
+    "TOO_CLOSE": "the output times are too close together",
+    "CONSTR_FAIL": "the inequality constraints could not be met",
+    "NO_RECOVERY": "no recovery from a failed residual or linear solve",
+}
+
+
+def _failure(num, st, exc, out=None, steps: int | None = None, pace: str = "") -> PdslError:
+    """The located IntegratorFailure for ``exc`` (a CasADi RuntimeError); ``out``: what the solver printed
+    (pdsl.quiet.Output), read for where it stopped and why; ``pace``: the projection of _more_steps_may_help."""
+    said = out.text() if out else ""
+    text = str(exc)
+    flag = re.search(r'returned "([A-Z_]+)"', text)
+    at = _AT_T.findall(said)
+    where = f" at t = {at[-1]}" if at else ""
+    hint = "check the initial state and parameters (a singular mass matrix or an escape to infinity?), or loosen --rtol"
+    if flag:
+        name = flag.group(1)
+        if name.endswith("TOO_MUCH_WORK"):
+            if "t + h = t" in said:
+                why = "the step size fell below the resolution of t (t + h = t): the solution escapes to infinity or " \
+                      "meets a singularity there"
+                hint = "check the model near that time (a finite-time blow-up?), or end the simulation before it"
+            else:
+                why = pace or f"{steps or STEPS_MAX:,} steps did not reach the next output time"
+                hint = "a stiff system (try --integrator cvodes-bdf), a discontinuity the solver chatters on " \
+                       "(sign, abs, if), or an escape to infinity"
+        else:
+            why = next((words for key, words in _FLAGS.items() if name.endswith(key)), "")
+        why = f"{why} ({name})" if why else name
+    elif "rootfinder" in text:
+        why = "the implicit stage equations did not converge"
+        hint = "use more --substeps, or an adaptive integrator (cvodes); does the solution escape to infinity?"
+    else:
+        why = _first_line(exc)
+    return PdslError.at("IntegratorFailure", f"{st.integrator} failed on {num.system.name}{where}: {why}",
+                        num.system.span, hint)
+
+
+def _quiet_call(num, st, fn, *args):
+    """``fn(*args)`` (a fixed-step rollout or step, with rootfinders when implicit) with its output captured;
+    a failed implicit stage solve is a located IntegratorFailure."""
+    from .. import quiet
+
+    with quiet.capture() as out:
+        try:
+            return fn(*args)
+        except RuntimeError as exc:
+            err = exc
+    raise _failure(num, st, err, out)
 
 
 def _result(num, grid, X, Z, p, inputs, info, rhs=None) -> SimulationResult:
