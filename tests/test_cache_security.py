@@ -382,3 +382,20 @@ def test_abandoned_compiler_work_directories_are_swept(tmp_path, monkeypatch):
     compiled._build("int pdsl_f(void) { return 1; }\n", "d" * 64, CC, None, load=lambda p: p)
     assert not stale.exists() and other.exists()
     assert sorted(p.name for p in (tmp_path / "t").iterdir()) == ["pdsl-cc-unrelated"]
+
+
+@pytest.mark.skipif(CC is None, reason="an FMU needs a C compiler")
+def test_abandoned_fmu_build_folders_are_swept(tmp_path):
+    from pdsl.cli.main import main
+
+    out = tmp_path / "dp.fmu"
+    tag = f".{out.name}.tmp-"
+    folder = tmp_path / f"{tag}{_dead_pid()}-{'e' * 16}"  # what kill -9 during a build leaves
+    (folder / "sources").mkdir(parents=True)
+    (folder / "sources" / "model.c").write_text("int x;")
+    half = tmp_path / f"{tag}{_dead_pid()}-{'f' * 16}.fmu"
+    half.write_bytes(b"PK\x03\x04")
+    for p in (folder, half):
+        _old(p)
+    assert main(["compile", str(MODELS / "double_pendulum.phm"), "--target", "fmu", "-o", str(out), "--no-cache"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dp.fmu"]

@@ -38,7 +38,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import uuid
 import zipfile
 from dataclasses import dataclass
@@ -903,8 +902,14 @@ def write_fmu(num: NumericSystem, out_path: str | Path, *, cc: str | None = None
     events = _time_events(num, prefix)
     deps = _dependencies(ev, lay)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent)).resolve()
-    try:
+    from ..cache import sweep_temporaries, temporary_dir, temporary_file
+
+    # the build folder and the half-zipped FMU are .<name>.tmp-<pid>-<hex>, locked while this build runs: those
+    # of a killed build (kill -9 skips the cleanup below) are removed by the next build of the same FMU
+    tag = f".{out.name}.tmp-"
+    sweep_temporaries(out.parent, tag)
+    with temporary_dir(out.parent, tag) as build:
+        tmp = build.resolve()
         src = tmp / "sources"
         src.mkdir()
         generate_c([ev, fwd, *(events or ())], src, prefix)
@@ -917,8 +922,7 @@ def write_fmu(num: NumericSystem, out_path: str | Path, *, cc: str | None = None
         _compile(compiler, bindir / f"{ident}{suffix}", src)
         (tmp / "modelDescription.xml").write_bytes(
             model_description(num, lay, ident, guid, deps, ["fmu.c", "model.c"]))
-        fd, zpath = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".fmu", dir=out.parent)
-        os.close(fd)
+        fd, zpath = temporary_file(out.parent, tag, ".fmu")
         try:
             with zipfile.ZipFile(zpath, "w", zipfile.ZIP_DEFLATED) as zf:
                 for f in sorted(p for p in tmp.rglob("*") if p.is_file()):
@@ -930,6 +934,6 @@ def write_fmu(num: NumericSystem, out_path: str | Path, *, cc: str | None = None
         except BaseException:
             Path(zpath).unlink(missing_ok=True)
             raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        finally:
+            os.close(fd)  # the lock goes with it
     return out
