@@ -6,6 +6,11 @@ the model has any, as ``simulate`` does). Metrics (:mod:`pdsl.fit.metrics`): the
 error over the shown state columns, its geometric mean over t_1..t_N (t = 0 excluded), the
 energy error with the model's own energy on both trajectories, and the constraint RMS of the
 prediction.
+
+A rollout that diverges — a prediction that is not finite, or an integrator that fails on the way
+(``IntegratorFailure``: a finite-time blow-up) — scores the worst error, ``inf``, in every metric;
+the summary counts such trajectories (``diverged``) and the table says how many, never a mean over
+the others alone.
 """
 
 from __future__ import annotations
@@ -34,6 +39,12 @@ class TrajectoryScore:
     err_geo: float  # geometric mean over t > 0
     energy_err: np.ndarray | None
     constraint_rms: np.ndarray | None
+    failure: str | None = None  # why the rollout stopped (an integrator failure), if it did
+
+    @property
+    def diverged(self) -> bool:
+        """The rollout failed or its prediction is not finite (NaN or inf) somewhere."""
+        return self.failure is not None or not bool(np.all(np.isfinite(self.predicted)))
 
 
 class _Interp:
@@ -78,13 +89,29 @@ def _shown_map(num: NumericSystem):
 
 def score_trajectory(num: NumericSystem, traj: Trajectory, *, integrator: str | None, rtol: float,
                      substeps: int = 1) -> TrajectoryScore:
+    from ..diagnostics import PdslError
+
     x0 = dict(zip(num.report_names, traj.S[0].tolist()))
-    res = simulate(num, traj.t, x0=x0, inputs=_inputs(num, traj), rtol=rtol, integrator=integrator, substeps=substeps)
+    try:
+        res = simulate(num, traj.t, x0=x0, inputs=_inputs(num, traj), rtol=rtol, integrator=integrator, substeps=substeps)
+    except PdslError as err:
+        if err.codes != ["IntegratorFailure"]:
+            raise
+        return _diverged_score(num, traj, err.diagnostics[0].message)
     pred = res.shown if res.shown is not None else res.x
     err, geo = M.trajectory_error(pred, traj.S, traj.t)
     E_data = _data_energy(num, traj)
     energy = M.energy_error(E_data, res.energy) if E_data is not None and res.energy is not None else None
     return TrajectoryScore(traj.label, traj.t, pred, traj.S, err, geo, energy, res.constraint_rms)
+
+
+def _diverged_score(num: NumericSystem, traj: Trajectory, why: str) -> TrajectoryScore:
+    """The score of a rollout that did not reach the end: no prediction (NaN), the worst error everywhere."""
+    n = len(traj.t)
+    worst = np.full(n, np.inf)
+    return TrajectoryScore(traj.label, traj.t, np.full(traj.S.shape, np.nan), traj.S, worst, float("inf"),
+                           worst.copy() if num.energy is not None else None,
+                           worst.copy() if num.constraints.size1_out(0) else None, failure=why)
 
 
 def _torch_scores(num: NumericSystem, data: Dataset, integrator: str, substeps: int) -> list[TrajectoryScore]:
@@ -181,20 +208,49 @@ def evaluate(num: NumericSystem, data: Dataset, *, integrator: str | None = None
         "relative error (geometric mean over t>0)": M.summarize([s.err_geo for s in scores]),
         "relative error at final time": M.summarize([s.err[-1] for s in scores]),
     }
-    if all(s.energy_err is not None for s in scores):
-        summary["energy error (mean over t)"] = M.summarize([float(np.mean(s.energy_err[1:])) for s in scores])
-    if all(s.constraint_rms is not None for s in scores):
-        summary["constraint RMS (mean over t)"] = M.summarize([float(np.mean(s.constraint_rms)) for s in scores])
-        summary["constraint RMS (max over t)"] = M.summarize([float(np.max(s.constraint_rms)) for s in scores])
+    with np.errstate(invalid="ignore", over="ignore"):
+        if all(s.energy_err is not None for s in scores):
+            summary["energy error (mean over t)"] = M.summarize([float(np.mean(s.energy_err[1:])) for s in scores])
+        if all(s.constraint_rms is not None for s in scores):
+            summary["constraint RMS (mean over t)"] = M.summarize([float(np.mean(s.constraint_rms)) for s in scores])
+            summary["constraint RMS (max over t)"] = M.summarize([float(np.max(s.constraint_rms)) for s in scores])
+    summary[DIVERGED] = diverged_summary(scores)
     return scores, summary
 
 
+DIVERGED = "diverged"  # the summary's entry of the trajectories whose rollout diverged
+
+
+def diverged_summary(scores: list[TrajectoryScore]) -> dict:
+    """``{"count", "of", "trajectories" (labels), "reasons"}`` of the rollouts that diverged."""
+    bad = [s for s in scores if s.diverged]
+    return {"count": len(bad), "of": len(scores), "trajectories": [int(s.label) for s in bad],
+            "reasons": {str(int(s.label)): s.failure or "non-finite prediction" for s in bad}}
+
+
+def diverged_line(entry: dict) -> str | None:
+    """``2 of 10 trajectories diverged (non-finite prediction): 3, 7; ...``, or None when none did."""
+    if not entry or not entry.get("count"):
+        return None
+    labels = entry["trajectories"]
+    shown = ", ".join(map(str, labels[:20])) + (f", … ({len(labels) - 20} more)" if len(labels) > 20 else "")
+    reasons = list(dict.fromkeys(entry.get("reasons", {}).values()))
+    why = f"; first: {reasons[0]}" if reasons and reasons[0] != "non-finite prediction" else ""
+    return (f"{entry['count']} of {entry['of']} trajectories diverged (non-finite prediction or integrator failure; "
+            f"scored as error inf): trajectory {shown}{why}")
+
+
 def format_table(summary: dict) -> str:
-    width = max(len(k) for k in summary)
+    """The metrics as a table; the diverged trajectories (if any) in a line below it."""
+    metrics = {k: s for k, s in summary.items() if isinstance(s, dict) and "mean" in s}
+    width = max(len(k) for k in metrics)
     head = f"{'metric':<{width}}  {'mean':>10}  {'±95% CI':>10}  {'min':>10}  {'max':>10}"
     rows = [head, "-" * len(head)]
-    for name, s in summary.items():
+    for name, s in metrics.items():
         rows.append(f"{name:<{width}}  {s['mean']:>10.3e}  {s['ci95']:>10.2e}  {s['min']:>10.3e}  {s['max']:>10.3e}")
+    line = diverged_line(summary.get(DIVERGED))
+    if line:
+        rows.append(line)
     return "\n".join(rows)
 
 
@@ -204,6 +260,10 @@ def score_figure(scores: list[TrajectoryScore], title: str):
 
     fig = new_figure(figsize=(7, 4))
     ax = fig.subplots()
+    n_diverged = sum(s.diverged for s in scores)
+    scores = [s for s in scores if not s.diverged]  # no curve to draw: counted in the title
+    if n_diverged:
+        title = f"{title} ({n_diverged} diverged, not drawn)"
     for s in scores:
         ax.semilogy(s.t[1:], np.maximum(s.err[1:], 1e-16), lw=0.6, alpha=0.35, color="0.5")
     lengths = {len(s.t) for s in scores}

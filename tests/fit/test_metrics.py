@@ -59,6 +59,31 @@ def test_energy_error_and_constraint_rms_fixtures():
 
 
 def test_summarize():
-    s = M.summarize([1.0, 2.0, 3.0, float("nan")])
-    assert s["n"] == 3 and s["mean"] == 2.0 and s["min"] == 1.0 and s["max"] == 3.0
+    s = M.summarize([1.0, 2.0, 3.0])
+    assert s["n"] == 3 and s["mean"] == 2.0 and s["min"] == 1.0 and s["max"] == 3.0 and s["diverged"] == 0
     assert s["ci95"] == pytest.approx(1.96 * 1.0 / np.sqrt(3))
+
+
+def test_summarize_counts_non_finite_values_as_diverged():
+    """A NaN was dropped silently (a diverged trajectory vanished from the mean): now it is counted, and the worst."""
+    s = M.summarize([1.0, 2.0, 3.0, float("nan"), float("inf")])
+    assert s["n"] == 5 and s["diverged"] == 2
+    assert s["mean"] == np.inf and s["max"] == np.inf and s["min"] == 1.0 and np.isnan(s["ci95"])
+    s = M.summarize([float("nan")])
+    assert s["n"] == 1 and s["diverged"] == 1 and s["mean"] == np.inf and s["min"] == np.inf
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_a_non_finite_prediction_is_the_worst_error(bad):
+    """A NaN prediction scored Err = 0 and a geometric mean of 0: a perfect score for a diverged rollout."""
+    t = np.linspace(0.0, 1.0, 11)
+    z = np.column_stack([np.cos(t), np.sin(t)])
+    z_hat = z * 1.01
+    z_hat[6:, 0] = bad  # diverged from t = 0.6 on
+    err, geo = M.trajectory_error(z_hat, z, t)
+    assert np.all(np.isfinite(err[:6])) and np.all(err[6:] == np.inf)
+    assert geo == np.inf
+    assert M.bounded_relative_error(np.full(3, bad), np.ones(3)) == np.inf
+    assert M.geometric_mean(np.array([0.1, bad, 0.2]), np.array([0.0, 0.5, 1.0])) == np.inf
+    np.testing.assert_array_equal(M.energy_error(np.array([1.0, 1.0]), np.array([1.0, bad])), [0.0, np.inf])
+    np.testing.assert_array_equal(M.constraint_rms(np.array([[0.0, 0.0], [bad, 0.0]])), [0.0, np.inf])
