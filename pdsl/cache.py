@@ -406,7 +406,8 @@ def _insecure_dir(st: os.stat_result, uid: int | None, *, strict: bool) -> str:
         if uid is not None and st.st_uid != uid:
             return f"it is owned by uid {st.st_uid}, not by you (uid {uid})"
         if mode & 0o022:
-            return f"it is writable by {'group and others' if mode & 0o022 == 0o022 else 'group' if mode & 0o020 else 'others'} (mode {mode:04o})"
+            who = {0o022: "group and others", 0o020: "group", 0o002: "others"}[mode & 0o022]
+            return f"it is writable by {who} (mode {mode:04o})"
         return ""
     if uid is not None and st.st_uid not in (uid, 0):
         return f"owned by uid {st.st_uid}"
