@@ -62,7 +62,8 @@ def add_parsers(sub, common) -> None:
     p.add_argument("--observe", help="comma-separated columns the loss compares (default: all state and output columns)")
     _data_flags(p)
     p.add_argument("--noise", action="append", default=[], metavar="COL=SIGMA",
-                   help="measurement noise of a column (its residuals are weighted 1/SIGMA; repeatable)")
+                   help="measurement noise of a column: σ (residuals weighted 1/σ), a relative noise such as 5%%, or the name "
+                   "of a data column holding σ per sample (repeatable)")
     p.add_argument("--start", choices=("auto", "data", "estimate"), help="auto (default) | data (chunks start from their first samples) | estimate "
                                    "(every chunk's start state is fitted: unbiased under noise, unmeasured states allowed)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="start value (free) or fixed value")
@@ -159,7 +160,14 @@ def _config(args):
         cfg.input = {**(cfg.input or {}), name: value}
     for item in args.noise:
         name, value = parse_assignment(item, "--noise")
-        cfg.noise = {**(cfg.noise or {}), name: parse_float(value, f"--noise {name}")}
+        from ..fit.config import noise_spec
+
+        try:
+            spec = noise_spec(value)
+        except ValueError as exc:
+            raise PdslError.at("BadOption", f"--noise {name}: {exc}",
+                               hint="σ as a number (0.01), relative (5%), or the name of a column of σ per sample") from None
+        cfg.noise = {**(cfg.noise or {}), name: spec}
     _regularizer_flags(args, cfg, parse_assignment, parse_float)
     if getattr(args, "no_plots", False):
         cfg.plots = False

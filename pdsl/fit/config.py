@@ -58,7 +58,7 @@ class FitConfig:
     init: str | None = None  # params.json of a previous fit: start values of parameters and networks
     start: str = "auto"  # chunk starts: data (first samples) | estimate (latent, pdsl.fit.latent) | auto
     map: dict | None = None  # [map] file column -> model name (time = "t", run = "traj", ...)
-    noise: dict | None = None  # [noise] column -> measurement noise σ (the residual weight is 1/σ)
+    noise: dict | None = None  # [noise] column -> σ (weight 1/σ), "5%" (relative) or a column of σ per sample
     input: dict | None = None  # [input] exogenous input -> expression of t (pdsl syntax), when not a data column
     implicit_solver: str | None = None  # midpoint/gauss2: fpi | newton (default: fpi on torch, newton on CasADi)
     fpi_iters: int | None = None  # fixed-point sweeps per step (default 6, B3.2)
@@ -138,10 +138,15 @@ def _check_type(path: str, text: str, key: str, value):
             raise bad('a table of names, e.g. [map] time = "t"' if key == "map" else 'a table of expressions, e.g. [input] tau = "sin(t)"')
         return dict(value)
     if key == "noise":
-        if not (isinstance(value, dict) and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
-                                                and math.isfinite(v) for v in value.values())):
-            raise bad("a table of positive numbers, e.g. [noise] theta = 0.01")
-        return {k: float(v) for k, v in value.items()}
+        if not isinstance(value, dict):
+            raise bad('a table, e.g. [noise] theta = 0.01 (or "5%", or the name of a column of σ per sample)')
+        out = {}
+        for k, v in value.items():
+            try:
+                out[k] = noise_spec(v)
+            except ValueError as exc:
+                raise _toml_error(path, text, key, f"[noise] {k}: {exc}", sub=k) from None
+        return out
     if key == "param":
         if not (isinstance(value, dict) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value.values())):
             raise bad("a table of numbers, e.g. [param] m1 = 1.0")
@@ -189,8 +194,11 @@ def check_options(cfg: FitConfig) -> None:
     if cfg.start not in ("auto", "data", "estimate"):
         raise PdslError.at("BadOption", f"--start {cfg.start}: unknown", hint="auto, data or estimate")
     for name, sigma in (cfg.noise or {}).items():
-        if not (math.isfinite(sigma) and sigma > 0):
-            raise PdslError.at("BadOption", f"--noise {name}: σ must be a positive finite number, got {sigma}")
+        try:
+            noise_spec(sigma)
+        except ValueError as exc:
+            raise PdslError.at("BadOption", f"--noise {name}: {exc}",
+                               hint="σ as a number (0.01), relative (5%), or the name of a column of σ per sample") from None
     check_training_options(cfg)
 
 
@@ -227,6 +235,38 @@ def check_training_options(cfg: FitConfig) -> None:
                            hint="drop --fpi-iters, or use --implicit-solver fpi")
 
 
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\[\]()]*")
+
+
+def noise_spec(value):
+    """A --noise value checked: σ > 0 (a float), "p%" with 0 < p (relative), or a column name (a string)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a noise level")
+    if isinstance(value, (int, float)):
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"σ must be a positive finite number, got {value}")
+        return float(value)
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{value!r} is not a noise level")
+    text = value.strip()
+    if text.endswith("%"):
+        try:
+            p = float(text[:-1])
+        except ValueError:
+            raise ValueError(f"`{text}` is not a percentage") from None
+        if not (math.isfinite(p) and 0 < p < 1000):
+            raise ValueError(f"a relative noise must be between 0 and 1000 %, got {text}")
+        return f"{p:g}%"
+    try:
+        return noise_spec(float(text))
+    except ValueError as exc:
+        if "σ must be" in str(exc):
+            raise
+    if not _NAME.fullmatch(text):
+        raise ValueError(f"`{text}` is neither a number, a percentage nor a column name")
+    return text
+
+
 def step_options(cfg: FitConfig) -> dict:
     """The implicit schemes' settings the user gave (each backend fills its own defaults)."""
     out = {}
@@ -259,9 +299,17 @@ def resolve_defaults(cfg: FitConfig, has_networks: bool) -> FitConfig:
                            hint="use --method adamw (Gauss–Newton minimises a sum of squared residuals only)")
     if cfg.loss == "auto":
         cfg.loss = "mse" if cfg.method in ("gauss-newton", "ipopt") else "l1"
-    if cfg.method in ("gauss-newton", "ipopt") and cfg.loss != "mse":
-        raise PdslError.at("BadOption", f"{cfg.method} minimises the mse loss, not {cfg.loss}",
-                           hint="use --loss mse, or --method adamw")
+    if cfg.loss not in ("mse", "l1", "huber", "soft-l1"):
+        raise PdslError.at("BadOption", f"--loss {cfg.loss}: unknown", hint="mse, huber, soft-l1 or l1 (adamw)")
+    if cfg.method == "gauss-newton" and cfg.loss not in ("mse", "huber", "soft-l1"):
+        raise PdslError.at("BadOption", f"gauss-newton minimises a sum of squares (mse, or robust: huber, soft-l1), "
+                           f"not {cfg.loss}", hint="use --loss mse|huber|soft-l1, or --method adamw")
+    if cfg.method == "ipopt" and cfg.loss != "mse":
+        raise PdslError.at("BadOption", f"ipopt minimises the mse loss, not {cfg.loss}",
+                           hint="use --loss mse; the robust losses huber and soft-l1 go with --method gauss-newton")
+    if cfg.method == "adamw" and cfg.loss not in ("mse", "l1"):
+        raise PdslError.at("BadOption", f"adamw trains on the l1 or mse loss, not {cfg.loss}",
+                           hint="use --loss l1|mse; the robust losses huber and soft-l1 go with --method gauss-newton")
     if cfg.method == "adamw":
         _require_torch()
     if cfg.epochs is None:

@@ -47,6 +47,9 @@ class Trajectory:
     S: np.ndarray  # (n, n_shown): the shown state columns, in the model's order
     Y: np.ndarray  # (n, n_obs): the observed columns
     U: np.ndarray  # (n, n_u): exogenous inputs
+    # (n, n_obs): per-sample residual factors 1/σ_i of the columns with relative (--noise theta=5%) or per-sample
+    # (--noise theta=COLUMN) noise, 1 elsewhere; None: no such column
+    weights: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.t)
@@ -116,17 +119,21 @@ def _error(path: str, line: int, column: int | None, message: str, hint: str | N
 
 # ---------------------------------------------------------------- loading
 def load_dataset(path, num: NumericSystem, *, observe=None, min_samples: int = 2, columns=None,
-                 inputs=None, latent: bool = False) -> Dataset:
+                 inputs=None, latent: bool = False, noise=None) -> Dataset:
     """Read and check trajectory data against the model ``num`` (see the module docstring).
 
     ``path`` is a CSV path or a :class:`~pdsl.data.csvio.Table` (what the Python API builds from a
     DataFrame or arrays); ``columns`` maps file columns to model names (``{"time": "t"}``);
     ``inputs`` maps input names to functions of a time array, for inputs that are not columns;
-    ``latent=True`` accepts missing state columns and irregular sampling (measured data)."""
+    ``latent=True`` accepts missing state columns and irregular sampling (measured data); ``noise`` maps observed
+    columns to their noise: σ (a number, used as a column weight by the loss), ``"5%"`` (relative: σ_i = 5 % of
+    |value|) or the name of a column of σ_i per sample — the last two give :attr:`Trajectory.weights`."""
     table = path if isinstance(path, Table) else read_table(path)
     table = map_columns(table, columns)
     inputs = dict(inputs or {})
-    cols = _check_columns(table, num, observe, latent=latent, given_inputs=tuple(inputs))
+    per_sample = {k: v for k, v in (noise or {}).items() if isinstance(v, str)}
+    sigma_columns = tuple(v for v in per_sample.values() if not v.endswith("%"))
+    cols = _check_columns(table, num, observe, latent=latent, given_inputs=tuple(inputs), extra=sigma_columns)
     _check_units(table, num)
     observed = cols["observed"]
     measured = tuple(n for n in num.report_names if n in table.columns)
@@ -163,11 +170,60 @@ def load_dataset(path, num: NumericSystem, *, observe=None, min_samples: int = 2
         U = np.zeros((len(rows), len(num.u_names)))
         for k, name in enumerate(num.u_names):
             U[:, k] = table.data[rows, table.columns.index(name)] if name in table.columns else _input_values(inputs, name, t)
-        trajs.append(Trajectory(label, first_line, t, S, pick(observed), U))
+        trajs.append(Trajectory(label, first_line, t, S, pick(observed), U,
+                                _sample_weights(table, rows, observed, per_sample, first_line)))
+    if per_sample:
+        _check_relative(table, trajs, observed, per_sample)
     if latent and not uniform:
         dt = float(np.median(np.concatenate(intervals)))
     return Dataset(table.path, num.report_names, observed, num.u_names, float(dt if dt is not None else 1.0), tuple(trajs),
                    uniform=uniform, measured=measured if latent else None)
+
+
+def _sample_weights(table: Table, rows, observed, per_sample: dict, first_line: int) -> np.ndarray | None:
+    """(n, n_obs) factors 1/σ_i for the columns with relative or per-sample noise (1 for the others)."""
+    if not per_sample:
+        return None
+    W = np.ones((len(rows), len(observed)))
+    for name, spec in per_sample.items():
+        if name not in observed:
+            raise PdslError.at("BadOption", f"--noise {name}: `{name}` is not an observed column",
+                               hint="observed columns: " + ", ".join(observed))
+        k = observed.index(name)
+        y = table.data[rows, table.columns.index(name)]
+        if spec.endswith("%"):
+            W[:, k] = 1.0 / (float(spec[:-1]) / 100.0 * np.abs(np.where(y == 0, np.nan, y)))
+            continue
+        col = table.columns.index(spec)
+        sig = table.data[rows, col]
+        bad = np.flatnonzero(~(np.isfinite(sig) & (sig > 0)))
+        if bad.size:
+            r = int(bad[0])
+            raise _error(table.path, first_line + r, col,
+                         f"noise column `{shown_value(spec)}` holds {sig[r]:g}: a noise level σ must be a positive number",
+                         f"every sample of `{shown_value(name)}` needs its σ in `{shown_value(spec)}` (> 0)")
+        W[:, k] = 1.0 / sig
+    return W
+
+
+def _check_relative(table: Table, trajs, observed, per_sample: dict) -> None:
+    """A relative noise (σ_i = p % of |value|) needs a column that keeps one sign and never reaches 0."""
+    for name, spec in per_sample.items():
+        if not spec.endswith("%"):
+            continue
+        k = observed.index(name)
+        col = table.columns.index(name)
+        values = np.concatenate([tr.Y[:, k] for tr in trajs])
+        sign = np.sign(values[np.flatnonzero(values)[0]]) if np.any(values != 0) else 0.0
+        for tr in trajs:
+            y = tr.Y[:, k]
+            bad = np.flatnonzero((y == 0) | (np.sign(y) != sign))
+            if bad.size:
+                r = int(bad[0])
+                raise _error(table.path, tr.first_line + r, col,
+                             f"--noise {name}={spec}: `{shown_value(name)}` is {y[r]:g} here; a relative noise needs a "
+                             "column that stays on one side of zero (σ = p % of |value| would be 0 or meaningless)",
+                             f"give an absolute σ (--noise {name}=0.01) or a column of σ per sample (--noise {name}=COLUMN)")
 
 
 def _input_values(inputs, name: str, t: np.ndarray) -> np.ndarray:
@@ -211,9 +267,14 @@ def _check_units(table: Table, num: NumericSystem) -> None:
                      f"({what})", "pdsl does not convert values: give the data in the model's units, or change its unit")
 
 
-def _check_columns(table: Table, num: NumericSystem, observe, latent: bool = False, given_inputs=()) -> dict:
-    """Every column known, the required ones present; returns the observed column names."""
-    known = {"t", "traj", *num.report_names, *num.y_names, *num.u_names}
+def _check_columns(table: Table, num: NumericSystem, observe, latent: bool = False, given_inputs=(), extra=()) -> dict:
+    """Every column known (``extra``: the noise columns), the required ones present; returns the observed column names."""
+    for name in extra:
+        if name not in table.columns:
+            raise PdslError.at("BadOption", f"--noise: `{shown_value(name)}` is neither a number, a percentage nor a "
+                               f"column of {table.path}", _cell_span(table.path, 1, 0),
+                               "give σ as a number (0.01), relative (5%), or name a column of σ per sample")
+    known = {"t", "traj", *num.report_names, *num.y_names, *num.u_names, *extra}
     for k, name in enumerate(table.columns):
         if name not in known:
             unused = sorted(known - set(table.columns)) or sorted(known)
@@ -376,12 +437,12 @@ def whole_trajectories(ds: Dataset) -> Chunks:
         Y.append(Yt)
         U.append(np.concatenate([tr.U, np.repeat(tr.U[-1:], pad, axis=0)]).T if tr.U.size else np.zeros((0, L)))
         w = np.zeros((n_obs, L))
-        w[:, :k] = 1.0
+        w[:, :k] = 1.0 if tr.weights is None else tr.weights.T
         W.append(w)
         S0.append(tr.S[0])
         Y0.append(tr.Y[0])
     return Chunks(np.array(S0), np.array(Y), np.array(U), np.array(T), np.array([(j, 0) for j in range(len(trs))], dtype=int),
-                  np.array(Y0), np.array(W) if any(len(tr) < L for tr in trs) else None)
+                  np.array(Y0), np.array(W) if any(len(tr) < L or tr.weights is not None for tr in trs) else None)
 
 
 def _windows(ds: Dataset, starts, steps: int) -> Chunks:
@@ -391,7 +452,10 @@ def _windows(ds: Dataset, starts, steps: int) -> Chunks:
         return Chunks(np.zeros((0, len(ds.shown))), np.zeros((0, n_obs, steps)), np.zeros((0, n_u, steps + 1)),
                       np.zeros((0, steps + 1)), np.zeros((0, 2), dtype=int), np.zeros((0, n_obs)))
     trs = ds.trajectories
+    weighted = any(tr.weights is not None for tr in trs)
+    W = (np.array([(trs[j].weights if trs[j].weights is not None else np.ones_like(trs[j].Y))[s : s + steps + 1].T
+                   for j, s in starts]) if weighted else None)
     return Chunks(np.array([trs[j].S[s] for j, s in starts]), np.array([trs[j].Y[s + 1 : s + steps + 1].T for j, s in starts]),
                   np.array([trs[j].U[s : s + steps + 1].T for j, s in starts]),
                   np.array([trs[j].t[s : s + steps + 1] for j, s in starts]), np.array(starts, dtype=int),
-                  np.array([trs[j].Y[s] for j, s in starts]))
+                  np.array([trs[j].Y[s] for j, s in starts]), W)

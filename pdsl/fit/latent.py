@@ -189,6 +189,28 @@ class LatentChunks:
         return self.cost(theta, chunks, S) / (len(chunks) * self.m)
 
 
+def _ones_w(chunks: Chunks) -> np.ndarray:
+    """The chunks' per-sample factors (all 1 when none)."""
+    n_obs = chunks.Y.shape[1]
+    return chunks.W if chunks.W is not None else np.ones((len(chunks), n_obs, chunks.steps + 1))
+
+
+def _reweighted(lat: LatentChunks, base: Chunks, theta, S, robust) -> Chunks:
+    """``base`` with its per-sample factors multiplied by the robust loss's IRLS multipliers at (θ, S)."""
+    from dataclasses import replace
+
+    loss, known = robust
+    W0 = _ones_w(base)
+    r = lat.residuals(theta, base, S)  # (N, m): first the samples (column-major per step), then invariants
+    n_obs, n = base.Y.shape[1], base.steps
+    rs = r[:, : n_obs * (n + 1)].reshape(len(base), n + 1, n_obs).transpose(0, 2, 1)  # (N, n_obs, n + 1)
+    live = W0 != 0
+    f = np.ones_like(rs)
+    if np.any(live):
+        f[live] = loss.factors(rs[live], 1.0 if known else None)
+    return replace(base, W=W0 * f)
+
+
 def _diag(D: np.ndarray) -> np.ndarray:
     out = np.zeros(D.shape + (D.shape[-1],))
     idx = np.arange(D.shape[-1])
@@ -242,8 +264,12 @@ def information(lat: LatentChunks, theta, chunks: Chunks, S, keep: dict | None =
 
 
 def latent_gauss_newton(loss: ChunkLoss, data_train: Dataset, train: Chunks, val: Chunks, state: State,
-                        opts: TrainOptions, on_epoch: Callback | None = None, S_val: np.ndarray | None = None) -> Result:
-    """Levenberg–Marquardt on θ and every chunk's start (module docstring); one epoch = one accepted step."""
+                        opts: TrainOptions, on_epoch: Callback | None = None, S_val: np.ndarray | None = None,
+                        robust=None) -> Result:
+    """Levenberg–Marquardt on θ and every chunk's start (module docstring); one epoch = one accepted step.
+    ``robust``: (a :class:`pdsl.fit.robust.RobustLoss`, whether the residuals are in noise units): iteratively
+    reweighted, the weights renewed at every step (``state.extra["downweighted"]`` counts the entries whose
+    weight fell below 1/2 at the end)."""
     if loss.spec.loss != "mse":
         raise PdslError.at("BadOption", "gauss-newton minimises the mse loss", hint="use --loss mse")
     lat = LatentChunks(loss)
@@ -258,9 +284,12 @@ def latent_gauss_newton(loss: ChunkLoss, data_train: Dataset, train: Chunks, val
     mu = float(state.extra.get("mu", 1e-3))
     scale = 1.0 / (max(len(train), 1) * lat.m)
     bar = _bar(opts, state, "gauss-newton (estimated starts)")
+    base = train
     try:
         while state.epoch < _last_epoch(opts) and not state.extra.get("converged"):
             t0 = time.perf_counter()
+            if robust is not None:
+                train = _reweighted(lat, base, theta, S, robust)
             r, Jt, Js = lat.jacobians(theta, train, S)
             cost = float(np.sum(r * r))
             accepted = False
@@ -309,6 +338,11 @@ def latent_gauss_newton(loss: ChunkLoss, data_train: Dataset, train: Chunks, val
     finally:
         bar.close()
     done = bool(state.extra.get("converged")) or state.epoch >= opts.epochs
+    if robust is not None:
+        train = _reweighted(lat, base, theta, S, robust)
+        n_obs, n = base.Y.shape[1], base.steps
+        f = train.W / np.where(_ones_w(base) != 0, _ones_w(base), 1.0)
+        state.extra["downweighted"] = int(np.sum((f < 0.5) & (_ones_w(base) != 0)))
     H, cost, dof = information(lat, theta, train, S, keep=state.arrays)  # the residuals: outliers (pdsl.fit.run)
     stderr = None
     state.arrays["information"] = H

@@ -108,8 +108,12 @@ def prepare(model_path: str, model_name: str | None, cfg: FitConfig, consts: Map
     layout = make_layout(num, m, cfg.free, p_start)
     cfg = resolve_defaults(cfg, bool(layout.networks))
     data = load_dataset(cfg.data, num, observe=cfg.observe, min_samples=(cfg.chunk or 1) + 1, columns=cfg.map,
-                        inputs=fit_inputs(num, cfg.input), latent=cfg.start != "data")
+                        inputs=fit_inputs(num, cfg.input), latent=cfg.start != "data", noise=cfg.noise)
     cfg.start = choose_start(cfg, data, layout)
+    if any(isinstance(v, str) for v in (cfg.noise or {}).values()) and (cfg.start != "estimate" or cfg.shooting != "single"):
+        raise PdslError.at("BadOption", "relative (5%) and per-sample (a column) noise weight each sample; the fits with "
+                           "estimated starts do (the default for physical parameters), this one does not",
+                           hint="drop --start data / --shooting multiple / --method, or give σ as a number")
     stages: tuple[int, ...] = ()
     if cfg.chunk is None and staged(cfg, layout):  # physical parameters: whole trajectories, reached in stages
         stages = stage_lengths([len(tr) for tr in data.trajectories])
@@ -128,8 +132,13 @@ def prepare(model_path: str, model_name: str | None, cfg: FitConfig, consts: Map
     substeps_note = None
     if cfg.substeps is None:  # networks: 1 (their rates at the initial weights say nothing about the system)
         cfg.substeps, substeps_note = (1, None) if layout.networks else auto_substeps(num, data, p_start, cfg.integrator)
+    if cfg.loss in ("huber", "soft-l1") and cfg.start != "estimate":
+        raise PdslError.at("BadOption", f"--loss {cfg.loss} reweights the residuals of the fits with estimated starts "
+                           "(the default for physical parameters); this fit starts its chunks from data samples",
+                           hint="drop --start data, or use --loss mse")
     train, val = split_validation(data, cfg.val_fraction, cfg.seed)
-    spec = LossSpec(steps=cfg.chunk, dt=data.dt, method=cfg.integrator, substeps=cfg.substeps, loss=cfg.loss,
+    spec = LossSpec(steps=cfg.chunk, dt=data.dt, method=cfg.integrator, substeps=cfg.substeps,
+                    loss="mse" if cfg.loss in ("huber", "soft-l1") else cfg.loss,  # robust: IRLS weights (fit.robust)
                     threads=cfg.threads, project=cfg.project, variable_step=not data.uniform,
                     weights=noise_weights(cfg.noise, data.observed), step_options=step_options(cfg),
                     dtype=cfg.dtype, device=cfg.device, dropout=_dropout(cfg, compiled.system))
@@ -237,7 +246,8 @@ def noise_weights(noise: Mapping[str, float] | None, observed: tuple[str, ...]) 
         if name not in observed:
             raise PdslError.at("BadOption", f"--noise {name}: `{name}` is not an observed column",
                                hint="observed columns: " + ", ".join(observed))
-    return tuple(1.0 / float(noise[n]) if n in noise else 1.0 for n in observed)
+    # relative and per-sample noise (strings) weight each sample instead (Trajectory.weights): column weight 1
+    return tuple(1.0 / float(noise[n]) if n in noise and not isinstance(noise[n], str) else 1.0 for n in observed)
 
 
 def choose_start(cfg: FitConfig, data: Dataset, layout: ParamLayout) -> str:
@@ -451,7 +461,8 @@ def run_fit(model_path: str, model_name: str | None, cfg: FitConfig, out_dir: st
         run._final_chunks = train_chunks
         from .latent import latent_gauss_newton
 
-        result = latent_gauss_newton(run.loss, run.train, train_chunks, val_chunks, state, opts, on_epoch=on_epoch)
+        result = latent_gauss_newton(run.loss, run.train, train_chunks, val_chunks, state, opts, on_epoch=on_epoch,
+                                     robust=_robust(run))
     elif segments is not None:
         result = multiple_shooting(run.loss, segments, val_chunks, state, opts, on_epoch, hessian=c.hessian, log=log)
     elif c.method == "ipopt":
@@ -498,7 +509,7 @@ def diagnostics(run: FitRun, result: Result, summary: dict) -> list[str]:
     a declared bound, a fit that never left its start values."""
     notes = []
     mf = summary.get("misfit")
-    if mf and mf["noise_known"]:
+    if mf and mf["noise_known"] and run.cfg.loss not in ("huber", "soft-l1"):  # a reweighted sum is no χ²
         from scipy.stats import chi2
 
         lo, hi = (float(chi2.ppf(q, mf["dof"])) / mf["dof"] for q in (_MISFIT_P, 1 - _MISFIT_P))
@@ -513,7 +524,12 @@ def diagnostics(run: FitRun, result: Result, summary: dict) -> list[str]:
             notes.append(
                 f"warning: the misfit is χ²/dof = {ratio:.3g}, smaller than measurement noise of the stated size allows "
                 f"(expected {lo:.3g}–{hi:.3g}): the stated --noise is larger than the data's, or the model overfits")
-    notes += outliers(run, result, summary)
+    if run.cfg.loss in ("huber", "soft-l1") and "downweighted" in result.state.extra:
+        k = int(result.state.extra["downweighted"])
+        notes.append(f"{run.cfg.loss} loss: {k} residual{'s' if k != 1 else ''} weighted below 1/2 (treated as outliers); "
+                     "χ²/dof and the error bars are those of the reweighted fit")
+    else:
+        notes += outliers(run, result, summary)
     lay, specs = run.layout, {q.name: q for q in run.model.params}
     for name in lay.free_names:
         q, v = specs.get(name), summary["params"][name]
@@ -576,6 +592,17 @@ def outliers(run: FitRun, result: Result, summary: dict) -> list[str]:
             + (f", …" if n_far > len(far) else "") + " — they pull the estimates; check or remove them"]
 
 
+def _robust(run: FitRun):
+    """(the robust loss, σ known?) of ``--loss huber|soft-l1``, or None."""
+    from .robust import robust_loss
+
+    loss = robust_loss(run.cfg.loss)
+    if loss is None:
+        return None
+    known = bool(run.cfg.noise) and all(n in run.cfg.noise for n in run.data.observed)
+    return loss, known
+
+
 def _stage_chunks(run: FitRun, k: int, which: str = "train"):
     ds = run.train if which == "train" else run.val
     return whole_trajectories(ds) if k == len(run.stages) - 1 else make_chunks(ds, run.stages[k], run.stages[k])
@@ -627,7 +654,7 @@ def _staged_fit(run: FitRun, state: ck.State, opts: TrainOptions, on_epoch, log)
         budget = run.cfg.epochs if last else _STAGE_EPOCHS
         stage_opts = _replace(opts, epochs=int(state.extra.get("stage_start_epoch", state.epoch)) + budget)
         result = latent_gauss_newton(loss, run.train, chunks, _stage_chunks(run, k, "val"), state, stage_opts,
-                                     on_epoch=on_epoch)
+                                     on_epoch=on_epoch, robust=_robust(run))
         stopped = opts.stop_after is not None and state.epoch >= opts.stop_after
         what = "whole trajectories" if last else f"windows of {run.stages[k]} steps"
         log(f"  stage {k + 1}/{len(run.stages)}: {what} ({len(chunks)}), {state.epoch} epochs so far, "

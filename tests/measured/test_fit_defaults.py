@@ -128,3 +128,77 @@ def test_sparse_samples_get_substeps_and_fit(tmp_path, capsys):
     params = json.loads((tmp_path / "f" / "params.json").read_text())["params"]
     for name, true in {"a": 1.0, "b": 0.4, "c": 1.2, "d": 0.3}.items():
         assert abs(params[name]["value"] - true) <= 4 * params[name]["stderr"], (name, params[name])
+
+
+def _lv_data(tmp_path, capsys, *, sigma_column=False):
+    """Lotka–Volterra, 5 % multiplicative noise on both populations (seeded)."""
+    import csv
+
+    model = tmp_path / "lv.phm"
+    model.write_text(LOTKA)
+    clean = tmp_path / "clean.csv"
+    assert cli("simulate", model, "--t-end", 30, "--dt", 0.5, "--random-init", 3, "--random-scale", 0.5, "--seed", 4,
+               "-o", clean) == 0
+    capsys.readouterr()
+    rows = list(csv.reader(clean.open()))
+    D = np.array(rows[1:], dtype=float)
+    rng = np.random.default_rng(0)
+    for j in (2, 3):
+        D[:, j] *= 1 + 0.05 * rng.standard_normal(len(D))
+    header = rows[0] + (["sx"] if sigma_column else [])
+    if sigma_column:
+        D = np.column_stack([D, 0.05 * np.abs(D[:, 2])])
+    return model, write_csv(tmp_path / ("lv_sigma.csv" if sigma_column else "lv_noisy.csv"), header, D)
+
+
+def test_relative_and_per_sample_noise(tmp_path, capsys):
+    model, data = _lv_data(tmp_path, capsys)
+    _, with_sigma = _lv_data(tmp_path, capsys, sigma_column=True)  # the same draws, and a column σ_x = 5 % |x|
+    args = ("fit", model, "--free", "a,b,c,d", "--param", "a=0.8", "--quiet")
+    assert cli(*args, "--data", data, "--noise", "x=5%", "--noise", "y=5%", "-o", tmp_path / "rel") == 0
+    rel = json.loads((tmp_path / "rel" / "params.json").read_text())
+    assert 0.8 < rel["misfit"]["ratio"] < 1.25 and rel["misfit"]["noise_known"]
+    for name, true in {"a": 1.0, "b": 0.4, "c": 1.2, "d": 0.3}.items():
+        assert abs(rel["params"][name]["value"] - true) <= 3 * rel["params"][name]["stderr"], name
+    assert cli(*args, "--data", with_sigma, "--noise", "x=sx", "--noise", "y=5%", "-o", tmp_path / "col") == 0
+    col = json.loads((tmp_path / "col" / "params.json").read_text())
+    assert col["values"]["a"] == pytest.approx(rel["values"]["a"], rel=1e-6)
+
+
+def test_bad_noise_is_located(tmp_path, capsys, measured):
+    model, data = _lv_data(tmp_path, capsys, sigma_column=True)
+    lines = data.read_text().splitlines()
+    cells = lines[4].split(",")
+    cells[-1] = "0.0"
+    lines[4] = ",".join(cells)
+    zero = tmp_path / "zero.csv"
+    zero.write_text("\n".join(lines) + "\n")
+    assert cli("fit", model, "--data", zero, "--free", "a", "--noise", "x=sx", "-o", tmp_path / "z") == 2
+    err = capsys.readouterr().err
+    assert f"{zero}:5:" in err and "noise column `sx` holds 0" in err
+    pend, _, _, _ = measured
+    assert cli("fit", PENDULUM, "--data", pend, *MAP, "--free", "k", "--noise", "theta=5%", "-o", tmp_path / "r") == 2
+    err = capsys.readouterr().err
+    assert "a relative noise needs a column that stays on one side of zero" in err and f"{pend}:" in err
+    assert cli("fit", PENDULUM, "--data", pend, *MAP, "--free", "k", "--noise", "theta=-3%", "-o", tmp_path / "n") == 2
+    assert "between 0 and 1000 %" in capsys.readouterr().err
+
+
+def test_huber_loss_resists_outliers(measured, tmp_path, capsys):
+    _, sigma, data, header = measured
+    rng = np.random.default_rng(7)
+    bad = np.array(data)
+    rows = rng.choice(len(bad), size=int(0.02 * len(bad)), replace=False)
+    bad[rows, 3] += 10 * sigma["theta"] * rng.choice([-1, 1], size=len(rows))
+    path = write_csv(tmp_path / "outliers.csv", header, bad)
+    noise = ("--noise", f"x={sigma['x']}", "--noise", f"theta={sigma['theta']}")
+    clean = _fit(data_path := write_csv(tmp_path / "clean.csv", header, data), tmp_path / "c", *noise)
+    plain = _fit(path, tmp_path / "p", *noise)
+    robust = _fit(path, tmp_path / "h", *noise, "--loss", "huber")
+    out = capsys.readouterr().out
+    assert "huber loss:" in out and "weighted below 1/2" in out
+    assert data_path.exists()
+    for name in ("k", "c"):
+        moved_plain = abs(plain["values"][name] - clean["values"][name])
+        moved_robust = abs(robust["values"][name] - clean["values"][name])
+        assert moved_robust < 0.5 * moved_plain, (name, moved_plain, moved_robust)

@@ -201,9 +201,9 @@ def test_settings_file_tables_and_evaluate_with_a_map(measured, tmp_path, capsys
     assert params["values"]["k"] == pytest.approx(8.0, rel=0.02)
     assert params["settings"]["input"] == {"tau": TAU} and params["settings"]["noise"] == {"x": 0.0015, "theta": 0.004}
     bad = tmp_path / "bad.toml"
-    bad.write_text('data = "no_tau.csv"\n[noise]\ntheta = "small"\n')
+    bad.write_text('data = "no_tau.csv"\n[noise]\ntheta = "-5%"\n')  # strings are "p%" or a column of σ per sample
     assert cli("fit", PENDULUM, "--config", bad, "-o", tmp_path / "b", "--quiet") == 2
-    assert f"{bad}:2:" in capsys.readouterr().err
+    assert f"{bad}:3:" in capsys.readouterr().err
     # evaluate reads renamed full-state data through the same map, the input from --input
     sim = tmp_path / "sim.csv"
     assert cli("simulate", PENDULUM, "--t-end", 3, "--dt", 0.05, "--input", f"tau={TAU}", "-o", sim) == 0
