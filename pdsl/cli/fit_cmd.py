@@ -34,6 +34,8 @@ def add_parsers(sub, common) -> None:
     common(p)
     p.add_argument("--data", help="trajectory CSV (the format `simulate` writes; several trajectories via a traj column)")
     p.add_argument("--free", help="comma-separated parameters to fit (in addition to those marked {free})")
+    p.add_argument("--profile", metavar="NAME,...", help="profile-likelihood intervals of these free parameters, "
+                   "reported next to the linear error bars (refits with each held at stepped values)")
     p.add_argument("--config", help="experiment file (TOML); flags override it")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="output directory")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the output directory")
@@ -150,6 +152,8 @@ def _config(args):
         cfg.free = sorted(set(cfg.free) | {n.strip() for n in args.free.split(",") if n.strip()})
     if args.observe:
         cfg.observe = [n.strip() for n in args.observe.split(",") if n.strip()]
+    if args.profile:
+        cfg.profile = [n.strip() for n in args.profile.split(",") if n.strip()]
     for item in args.param:
         name, value = parse_assignment(item, "--param")
         cfg.param[name] = parse_float(value, f"--param {name}")
@@ -249,6 +253,10 @@ def _print_summary(summary: dict, out_dir: str) -> None:
         undetermined = name in summary["stderr"] and se is None
         print(f"  {name} = {summary['params'][name]:.8g}" + (f" ± {se:.2g}" if se is not None
                                                              else " (not determined)" if undetermined else ""))
+    for name, prof in (summary.get("profiles") or {}).items():
+        from ..fit.profile import describe
+
+        print(f"  profile: {describe(name, prof)}")
     mf = summary.get("misfit")
     if mf:
         print(f"  misfit: χ²/dof = {mf['ratio']:.4g} ({mf['dof']} degrees of freedom"

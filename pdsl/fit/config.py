@@ -28,6 +28,7 @@ class FitConfig:
     data: str | None = None
     free: list[str] = field(default_factory=list)
     observe: list[str] | None = None
+    profile: list[str] | None = None  # profile-likelihood intervals of these free parameters (pdsl.fit.profile)
     param: dict[str, float] = field(default_factory=dict)  # start values (free) or fixed values
     method: str = "auto"  # auto | gauss-newton | ipopt | adamw
     shooting: str = "single"  # single (chunks, A5) | multiple (segments linked by continuity constraints; ipopt)
@@ -122,7 +123,7 @@ def load_toml(path: str | Path) -> dict:
 def _check_type(path: str, text: str, key: str, value):
     typ = str(_TYPES[key])
     bad = lambda want: _toml_error(path, text, key, f"`{key}` must be {want}, got {value!r}")  # noqa: E731
-    if key in ("free", "observe"):
+    if key in ("free", "observe", "profile"):
         if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             raise bad("a list of names")
         return value

@@ -265,11 +265,11 @@ def information(lat: LatentChunks, theta, chunks: Chunks, S, keep: dict | None =
 
 def latent_gauss_newton(loss: ChunkLoss, data_train: Dataset, train: Chunks, val: Chunks, state: State,
                         opts: TrainOptions, on_epoch: Callback | None = None, S_val: np.ndarray | None = None,
-                        robust=None) -> Result:
+                        robust=None, fixed=()) -> Result:
     """Levenberg–Marquardt on θ and every chunk's start (module docstring); one epoch = one accepted step.
     ``robust``: (a :class:`pdsl.fit.robust.RobustLoss`, whether the residuals are in noise units): iteratively
     reweighted, the weights renewed at every step (``state.extra["downweighted"]`` counts the entries whose
-    weight fell below 1/2 at the end)."""
+    weight fell below 1/2 at the end). ``fixed``: indices of θ held at their values (profile likelihood)."""
     if loss.spec.loss != "mse":
         raise PdslError.at("BadOption", "gauss-newton minimises the mse loss", hint="use --loss mse")
     lat = LatentChunks(loss)
@@ -291,6 +291,8 @@ def latent_gauss_newton(loss: ChunkLoss, data_train: Dataset, train: Chunks, val
             if robust is not None:
                 train = _reweighted(lat, base, theta, S, robust)
             r, Jt, Js = lat.jacobians(theta, train, S)
+            if len(fixed):
+                Jt[:, :, list(fixed)] = 0.0  # held: no step along them (H's rows there are only damping)
             cost = float(np.sum(r * r))
             accepted = False
             for _ in range(12):

@@ -107,6 +107,10 @@ def prepare(model_path: str, model_name: str | None, cfg: FitConfig, consts: Map
     p_start = _start_values(num, cfg.param)
     layout = make_layout(num, m, cfg.free, p_start)
     cfg = resolve_defaults(cfg, bool(layout.networks))
+    if cfg.profile:
+        from .profile import check_profile_names
+
+        check_profile_names(cfg.profile, layout.free_names)
     data = load_dataset(cfg.data, num, observe=cfg.observe, min_samples=(cfg.chunk or 1) + 1, columns=cfg.map,
                         inputs=fit_inputs(num, cfg.input), latent=cfg.start != "data", noise=cfg.noise)
     cfg.start = choose_start(cfg, data, layout)
@@ -132,6 +136,9 @@ def prepare(model_path: str, model_name: str | None, cfg: FitConfig, consts: Map
     substeps_note = None
     if cfg.substeps is None:  # networks: 1 (their rates at the initial weights say nothing about the system)
         cfg.substeps, substeps_note = (1, None) if layout.networks else auto_substeps(num, data, p_start, cfg.integrator)
+    if cfg.profile and (cfg.start != "estimate" or cfg.method != "gauss-newton" or cfg.shooting != "single"):
+        raise PdslError.at("BadOption", "--profile refits the Gauss–Newton fit with estimated starts (the default for "
+                           "physical parameters)", hint="drop --method / --start data / --shooting multiple")
     if cfg.loss in ("huber", "soft-l1") and cfg.start != "estimate":
         raise PdslError.at("BadOption", f"--loss {cfg.loss} reweights the residuals of the fits with estimated starts "
                            "(the default for physical parameters); this fit starts its chunks from data samples",
@@ -261,12 +268,8 @@ def choose_start(cfg: FitConfig, data: Dataset, layout: ParamLayout) -> str:
     if want == "auto":
         want = "estimate" if need or (cfg.method == "gauss-newton" and not layout.networks and cfg.shooting == "single") else "data"
     if want == "estimate":
-        if cfg.shooting == "multiple":
-            if need:
-                raise PdslError.at("BadOption", "multiple shooting starts its nodes from full data samples; "
-                                   f"{', '.join(data.latent)} {'is' if len(data.latent) == 1 else 'are'} not measured",
-                                   hint="use the default --shooting single (chunk starts are estimated)")
-            return "data"
+        if cfg.shooting == "multiple":  # node states are unknowns either way; unmeasured ones start from guesses
+            return "estimate" if need else "data"
         if cfg.method != "gauss-newton":
             why = ", ".join(data.latent)
             raise PdslError.at("BadOption", f"estimated chunk starts are fitted by gauss-newton, not {cfg.method}"
@@ -454,17 +457,19 @@ def run_fit(model_path: str, model_name: str | None, cfg: FitConfig, out_dir: st
     t0 = time.perf_counter()
     save = _checked_save(run, out_dir / ck.NAME, fp)
     on_epoch = regularize.epoch_callback(run.loss, state, train_chunks, save)
+    run._final_loss = run.loss
     if run.stages:
         result, train_chunks = _staged_fit(run, state, opts, on_epoch, log)
         run._final_chunks = train_chunks
+    elif segments is not None:  # node states estimated (unmeasured ones too), every sample compared once
+        run._final_chunks = segments.chunks
+        result = multiple_shooting(run.loss, segments, val_chunks, state, opts, on_epoch, hessian=c.hessian, log=log)
     elif c.start == "estimate":
         run._final_chunks = train_chunks
         from .latent import latent_gauss_newton
 
         result = latent_gauss_newton(run.loss, run.train, train_chunks, val_chunks, state, opts, on_epoch=on_epoch,
                                      robust=_robust(run))
-    elif segments is not None:
-        result = multiple_shooting(run.loss, segments, val_chunks, state, opts, on_epoch, hessian=c.hessian, log=log)
     elif c.method == "ipopt":
         result = ipopt(run.loss, train_chunks, val_chunks, state, opts, on_epoch, hessian=c.hessian, log=log)
     else:
@@ -484,6 +489,12 @@ def run_fit(model_path: str, model_name: str | None, cfg: FitConfig, out_dir: st
                     summary["stderr"][name] = None
         summary["misfit"] = misfit(run, result)
         summary["notes"] += diagnostics(run, result, summary)
+    if c.profile and result.finished:
+        from .profile import profile_intervals
+
+        run._stderr = summary["stderr"]
+        summary["profiles"] = profile_intervals(run, result, run._final_loss, run._final_chunks, c.profile,
+                                                robust=_robust(run), log=log)
     if result.finished:
         _write_outputs(run, result, summary, out_dir)
     return summary
@@ -649,6 +660,7 @@ def _staged_fit(run: FitRun, state: ck.State, opts: TrainOptions, on_epoch, log)
             state.extra["stage_start_epoch"] = state.epoch
         loss = run.loss if k == 0 else make_loss(run.num, run.layout, _replace(run.spec, steps=run.stages[k]),
                                                  run.data.observed, run.cfg)
+        run._final_loss = loss
         # --epochs bounds the last stage; the earlier ones end at convergence or _STAGE_EPOCHS, whatever --epochs
         # says, so that a run continued with more --epochs (--resume) equals one given them from the start
         budget = run.cfg.epochs if last else _STAGE_EPOCHS
@@ -672,11 +684,12 @@ def _random_windows(run: FitRun):
 
 def identifiability(run: FitRun, result: Result, train_chunks, batch: int = 200):
     """Standard errors, undetermined combinations and (data-start chunks) the residual-growth check;
-    None for fits with networks, without free parameters, or by multiple shooting."""
+    None for fits with networks or without free parameters (multiple shooting: its information, nodes profiled out)."""
     from .identify import analyse, residual_growth
 
     lay = run.layout
-    if lay.networks or not lay.free_names or run.cfg.shooting == "multiple":
+    multiple = run.cfg.shooting == "multiple"
+    if lay.networks or not lay.free_names or (multiple and "information" not in result.state.arrays):
         return None
     theta = np.asarray(result.state.theta, dtype=float)
     notes = []
@@ -704,7 +717,7 @@ def identifiability(run: FitRun, result: Result, train_chunks, batch: int = 200)
     dp = np.array([tr.derivative(float(theta[k])) for k, tr in enumerate(lay.transforms)])
     T = np.where(values != 0, dp / np.where(values != 0, values, 1.0), 1.0)
     by = "these data"
-    if not run.stages:  # short windows each with its own start may be what leaves a parameter undetermined
+    if not run.stages and not multiple:  # short windows each with its own start may leave a parameter undetermined
         by = (f"this fit (windows of {run.cfg.chunk} steps, each from {'its own estimated start' if run.cfg.start == 'estimate' else 'a data sample'}; "
               "whole trajectories may determine it: leave --chunk at its default)")
     ident = analyse(lay.free_names, values, H[: len(idx), : len(idx)], cost, dof, T, by=by)
@@ -715,8 +728,9 @@ def identifiability(run: FitRun, result: Result, train_chunks, batch: int = 200)
 def _banner(run: FitRun, n_train: int, n_val: int, epoch: int, segments=None) -> str:
     c = run.cfg
     if segments is not None:
-        dropped = f", {segments.dropped} trailing samples dropped" if segments.dropped else ""
-        pieces = (f"{len(segments)} shooting segments of {c.chunk} steps linked by continuity constraints{dropped}; "
+        dropped = f", {segments.dropped} samples dropped" if segments.dropped else ""
+        pieces = (f"{len(segments)} shooting segments of {c.chunk} steps linked by continuity constraints, node states "
+                  f"estimated, every sample compared once{dropped}; "
                   f"{n_val} validation chunks")
     elif run.stages:
         pieces = "whole trajectories, each start estimated" + (
@@ -855,6 +869,7 @@ def _params_json(run: FitRun, summary: dict, names: dict) -> dict:
         "identifiability": _strict(summary.get("identifiability")),
         "misfit": _strict(summary.get("misfit")),
         "largest_residuals": _strict(summary.get("largest_residuals")),
+        "profiles": _strict(summary.get("profiles")),
         "notes": list(summary.get("notes") or ()),
         "stages": list(run.stages) or None,
     }

@@ -202,3 +202,30 @@ def test_huber_loss_resists_outliers(measured, tmp_path, capsys):
         moved_plain = abs(plain["values"][name] - clean["values"][name])
         moved_robust = abs(robust["values"][name] - clean["values"][name])
         assert moved_robust < 0.5 * moved_plain, (name, moved_plain, moved_robust)
+
+
+def test_profile_likelihood_intervals(measured, tmp_path, capsys):
+    data, sigma, _, _ = measured
+    fitted = _fit(data, tmp_path / "p", "--noise", f"x={sigma['x']}", "--noise", f"theta={sigma['theta']}",
+                  "--profile", "c")
+    out = capsys.readouterr().out
+    assert "profile: c ∈ [" in out and "(profile likelihood, 68 %)" in out
+    prof, c = fitted["profiles"]["c"], fitted["params"]["c"]
+    assert prof["lower"] < c["value"] < prof["upper"] and not prof["open"]
+    # nearly quadratic here: the profile interval matches the linear one to 20 %
+    assert (prof["upper"] - prof["lower"]) / 2 == pytest.approx(c["stderr"], rel=0.2)
+
+
+def test_profile_is_open_where_the_data_do_not_bound_and_names_are_checked(tmp_path, capsys):
+    model = tmp_path / "osc.phm"
+    model.write_text(OSC)
+    data = tmp_path / "osc.csv"
+    assert cli("simulate", model, "--t-end", 6, "--dt", 0.05, "--random-init", 3, "--noise", 0.01, "--seed", 2,
+               "-o", data) == 0
+    capsys.readouterr()
+    assert cli("fit", model, "--data", data, "--free", "k,m", "--profile", "k", "-o", tmp_path / "f", "--quiet") == 0
+    prof = json.loads((tmp_path / "f" / "params.json").read_text())["profiles"]["k"]
+    assert prof["lower"] is None and prof["upper"] is None and prof["open"] == ["lower", "upper"]
+    assert "open on the lower and upper side" in capsys.readouterr().out
+    assert cli("fit", model, "--data", data, "--free", "k", "--profile", "kk", "-o", tmp_path / "g") == 2
+    assert "--profile kk: `kk` is not a free parameter" in capsys.readouterr().err
