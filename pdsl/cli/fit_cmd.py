@@ -275,7 +275,7 @@ def _print_summary(summary: dict, out_dir: str) -> None:
     print("  loss: training " + ("–" if train is None else f"{train:.4e}") + ", validation "
           + ("–" if val is None else f"{val:.4e}"))
     if summary["finished"]:
-        print(f"  -> {out_dir}/ (params.json, report.md, ...)")
+        print(f"  -> {str(out_dir).rstrip('/') or '/'}/ (params.json, report.md, ...)")
     else:
         print(f"  checkpoint -> {out_dir}/checkpoint.npz; continue with --resume")
 

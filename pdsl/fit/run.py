@@ -593,14 +593,21 @@ def outliers(run: FitRun, result: Result, summary: dict) -> list[str]:
     far = [x for x in top if x["z"] > _OUTLIER_SIGMAS]
     if not far:
         return []
+    mf = summary["misfit"]
+    if not mf["noise_known"]:
+        scale = float(np.sqrt(np.mean(np.concatenate([tr.Y.ravel() for tr in run.train.trajectories]) ** 2))) or 1.0
+        if np.sqrt(mf["ratio"]) < 1e-6 * scale:  # residuals at rounding/integration-error level: noise-free data
+            return []
     r = result.state.arrays["residuals"]
     mf = summary["misfit"]
     scale = 1.0 if mf["noise_known"] else float(np.sqrt(max(mf["ratio"], 1e-300)))
     n_far = int(np.sum(np.abs(np.asarray(r)) / scale > _OUTLIER_SIGMAS))
     where = "; ".join(f"line {x['line']} ({x['column']} at t = {x['t']:.6g}): {x['z']:.3g}σ" for x in far)
+    how = "" if mf["noise_known"] else " (σ estimated from the residuals: give --noise to judge against the real noise)"
     return [f"warning: {n_far} sample{'s' if n_far != 1 else ''} deviate{'s' if n_far == 1 else ''} from the fit by more "
-            f"than {_OUTLIER_SIGMAS:g}σ (outliers, or model error there): {where}"
-            + (f", …" if n_far > len(far) else "") + " — they pull the estimates; check or remove them"]
+            f"than {_OUTLIER_SIGMAS:g}σ{how} — outliers, or model error there: {where}"
+            + (", …" if n_far > len(far) else "") + " — they pull the estimates: check or remove them, or fit with "
+            "--loss huber"]
 
 
 def _robust(run: FitRun):
