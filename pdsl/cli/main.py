@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
+from contextlib import contextmanager
 
 from ..diagnostics import Diagnostic, PdslError, render
 from ..options import finite_float, integer
@@ -685,7 +686,73 @@ def _cache_scope(store):
     return using(store)
 
 
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command ended by Ctrl-C
+
+
+class _Sigint:
+    """Ctrl-C while a command runs. The handler remembers it, then raises ``KeyboardInterrupt`` as Python's
+    own does; libraries that catch that on the way cannot hide it — CasADi turns it, raised in a CVODES
+    right-hand side or an IPOPT callback, into a ``RuntimeError`` that pdsl would report as an
+    IntegratorFailure (exit 2) or an internal error (exit 1). :func:`main` reports any error that follows a
+    Ctrl-C as the interruption it is: one line ``interrupted``, exit 130."""
+
+    seen = False
+
+    @classmethod
+    def handler(cls, signum, frame):
+        cls.seen = True
+        raise KeyboardInterrupt
+
+    @classmethod
+    @contextmanager
+    def watching(cls):
+        """The handler for the duration of a command; the previous one afterwards. Nothing changes outside
+        the main thread, nor where SIGINT is ignored (a background job) or handled by someone else."""
+        import signal
+        import threading
+
+        cls.seen = False
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = signal.getsignal(signal.SIGINT)
+        if previous is not signal.default_int_handler:
+            yield
+            return
+        signal.signal(signal.SIGINT, cls.handler)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _interrupted() -> int:
+    """The end of an interrupted command: further Ctrl-C ignored while this line is written."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is _Sigint.handler:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # restored by _Sigint.watching
+    try:
+        print("interrupted", file=sys.stderr)
+    except (OSError, ValueError):
+        pass
+    return EXIT_INTERRUPTED
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The command of ``argv``; its exit code (0 ok, 2 user error, 1 internal error, 130 interrupted)."""
+    try:
+        with _Sigint.watching():
+            try:
+                return _main(argv)
+            except KeyboardInterrupt:
+                return _interrupted()
+    except KeyboardInterrupt:  # a second Ctrl-C before the handler was in place or put back
+        return EXIT_INTERRUPTED
+
+
+def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or "-vv" in argv or argv.count("-v") + argv.count("--verbose") >= 2
     try:
@@ -706,18 +773,21 @@ def main(argv: list[str] | None = None) -> int:
         _solver_note()
         return code
     except PdslError as err:
+        if _Sigint.seen:  # a Ctrl-C that a solver turned into a failure (CVODES: "rhs failed: KeyboardInterrupt")
+            return _interrupted()
         print(render(err.diagnostics, color=sys.stderr.isatty()), file=sys.stderr)
         _solver_note()
         return EXIT_USER
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+        return _interrupted()
     except BrokenPipeError:  # output piped into `head` and the like
         import os
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
     except Exception:  # noqa: BLE001 - the one place internal errors are reported
+        if _Sigint.seen:  # a Ctrl-C that a library turned into another exception
+            return _interrupted()
         if debug:
             traceback.print_exc()
         else:
@@ -751,7 +821,11 @@ def entry() -> None:
     import gc
 
     gc.set_threshold(*GC_THRESHOLDS)
-    fast_exit(main())
+    try:
+        code = main()
+    except KeyboardInterrupt:  # between main's return and its caller: nothing is left to do
+        code = EXIT_INTERRUPTED
+    fast_exit(code)
 
 
 GC_THRESHOLDS = (100_000, 20, 20)
@@ -769,12 +843,25 @@ def fast_exit(code: int) -> None:
     import os
     import threading
 
+    import signal
+
+    late = []  # a Ctrl-C during this teardown is remembered, not raised into it (a traceback); a second one ends it
+
+    def on_sigint(signum, frame):
+        if late:
+            os._exit(EXIT_INTERRUPTED)
+        late.append(signum)
+
+    if signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN, None):
+        signal.signal(signal.SIGINT, on_sigint)
     main_thread = threading.main_thread()
     if any(t is not main_thread and t.is_alive() and not t.daemon for t in threading.enumerate()):
         sys.exit(code)
     import atexit
 
     atexit._run_exitfuncs()
+    if late and code != EXIT_INTERRUPTED:
+        code = _interrupted()
     for stream in (sys.stdout, sys.stderr):
         try:
             if stream is not None:
