@@ -76,7 +76,10 @@ def _data_energy(num: NumericSystem, traj: Trajectory) -> np.ndarray | None:
         return None
     n = len(traj)
     p = num.p_default
-    X = _mapped(_shown_map(num), n)(traj.t[None, :], traj.S.T, p)
+    from ..quiet import capture
+
+    with capture():  # a rootfinder (shown coordinates that are not the states) prints its inputs when it fails
+        X = _mapped(_shown_map(num), n)(traj.t[None, :], traj.S.T, p)
     return np.asarray(_mapped(num.energy, n)(traj.t[None, :], X, p, traj.U.T)).ravel()
 
 
@@ -130,6 +133,8 @@ def _torch_scores(num: NumericSystem, data: Dataset, integrator: str, substeps: 
     ts = TorchSystem(num.system)
     p = num.p_default
     bound = ts.bind(torch.tensor(p, dtype=DTYPE))
+    from ..quiet import capture
+
     g = state_from_shown(num)
     proj = Projector(num) if num.invariants.size1_out(0) else None
     scores: dict[int, TrajectoryScore] = {}
@@ -140,7 +145,8 @@ def _torch_scores(num: NumericSystem, data: Dataset, integrator: str, substeps: 
         trs = [data.trajectories[k] for k in idx]
         x0 = []
         for tr in trs:
-            x = np.asarray(g(tr.t[0], tr.S[0], p)).ravel()
+            with capture():  # a rootfinder when the shown coordinates are not the states: its failures print
+                x = np.asarray(g(tr.t[0], tr.S[0], p)).ravel()
             x0.append(proj.project(x, p, float(tr.t[0])).x if proj is not None else x)
         T = torch.tensor(np.stack([tr.t for tr in trs]), dtype=DTYPE)
         U = torch.tensor(np.stack([tr.U for tr in trs]), dtype=DTYPE)  # (B, n, n_u)

@@ -35,7 +35,10 @@ def outputs_along(num, traj, p=None, shown=None) -> np.ndarray:
     p = num.p_default if p is None else p
     n = len(traj.t)
     S = traj.S if shown is None else shown
-    X = np.asarray(state_from_shown(num).map(n)(traj.t[None, :], S.T, p))
+    from ..quiet import capture
+
+    with capture():  # a rootfinder when the shown coordinates are not the states: its failures print
+        X = np.asarray(state_from_shown(num).map(n)(traj.t[None, :], S.T, p))
     U = traj.U.T if traj.U.size else np.zeros((len(num.u_names), n))
     Z = np.zeros((len(num.z_names), n))
     return np.asarray(num.outputs.map(n)(traj.t[None, :], X, Z, p, U)).T
