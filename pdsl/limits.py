@@ -130,10 +130,46 @@ def toml_loads(text: str, path: str, code: str, hint: str | None = None) -> dict
     import tomllib
 
     try:
-        return tomllib.loads(text)
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError:
         raise
     except ValueError as exc:
         if "digits" not in str(exc):
             raise
         raise long_integer_error(path, text, code, hint) from None
+    big = _first_int_beyond_64_bits(data)
+    if big is not None:  # TOML's integers are 64-bit; tomllib reads 10**400 (and a float() of it overflows later)
+        raise PdslError.at(code, f"the integer {_short(big)} is outside the 64-bit range of TOML integers "
+                           "(-9223372036854775808 to 9223372036854775807)", _int_span(path, text, big),
+                           hint or "write a number such as 1.5e3")
+    return data
+
+
+def _short(n: int) -> str:
+    s = str(n)
+    return s if len(s) <= 30 else f"{s[:12]}…{s[-6:]} ({len(s.lstrip('-'))} digits)"
+
+
+def _first_int_beyond_64_bits(data):
+    stack = [data]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, dict):
+            stack.extend(reversed(list(x.values())))
+        elif isinstance(x, list):
+            stack.extend(reversed(x))
+        elif isinstance(x, int) and not isinstance(x, bool) and not -2**63 <= x < 2**63:
+            return x
+    return None
+
+
+def _int_span(path: str, text: str, value: int) -> Span:
+    """Where the decimal literal of ``value`` is (underscores allowed), else 1:1."""
+    want = str(abs(value))
+    for m in _DIGITS.finditer(text):
+        if m.group().replace("_", "") == want:
+            pos = m.start() - (1 if m.start() > 0 and text[m.start() - 1] in "+-" else 0)
+            line = text.count("\n", 0, pos) + 1
+            col = pos - (text.rfind("\n", 0, pos) + 1) + 1
+            return Span.point(path, line, col, m.end() - pos)
+    return Span.point(path, 1, 1)

@@ -170,3 +170,21 @@ def test_many_trajectories_are_bounded_in_rows(tmp_path, capsys):
     out = str(tmp_path / "o.csv")
     assert main(["simulate", _model(tmp_path), "--t-end", "1", "--dt", "1e-6", "--random-init", "1000", "-o", out]) == 2
     assert "at most 100,000,000 rows" in _user_error(capsys, "BadOption")
+
+
+def test_toml_integers_beyond_64_bits_are_refused(tmp_path, capsys):
+    """TOML's integers are 64-bit; tomllib reads 10**400, and a float() of it overflowed later (exit 1)."""
+    data = tmp_path / "d.csv"
+    data.write_text("t,x,v\n0,1,0\n0.1,1,0\n", encoding="utf-8")
+    for key in ("epochs", "lr"):
+        config = tmp_path / f"{key}.toml"
+        config.write_text(f"{key} = 1" + "0" * 400 + "\n", encoding="utf-8")
+        code = main(["fit", _model(tmp_path), "--config", str(config), "--data", str(data), "-o", str(tmp_path / "f")])
+        assert code == 2
+        err = _user_error(capsys, "BadConfig", f"{config}:1:{len(key) + 4}:")
+        assert "64-bit range" in err and "401 digits" in err
+    members = tmp_path / "m.toml"
+    members.write_text("[[member]]\nk = -9223372036854775809\n", encoding="utf-8")
+    assert main(["sweep", _model(tmp_path), "--members", str(members), "--t-end", "0.1", "--dt", "0.1",
+                 "-o", str(tmp_path / "sw")]) == 2
+    _user_error(capsys, "BadConfig", f"{members}:2:5:")
