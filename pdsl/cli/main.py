@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("-V", "--version", action="store_true", help="print the version and exit")
     ap.add_argument("-q", "--quiet", dest="summary_quiet", action="store_true", help="no summary on standard output (errors still go to standard error)")
     ap.add_argument("-v", "--verbose", action="count", default=0,
-                    help="more output: the elapsed time on standard error; -vv also tracebacks of internal errors")
+                    help="more output: the elapsed time on standard error; -vv also tracebacks of internal errors and what "
+                         "the numerical solvers (CasADi, SUNDIALS, IPOPT) print")
     sub = ap.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
     formulations = FORMULATIONS
 
