@@ -97,7 +97,7 @@ _lock = threading.RLock()
 _feed_lock = threading.Lock()
 _passthrough = False
 _depth = 0  # captured calls in progress (all threads)
-_active: list[Output] = []  # their outputs: what is printed goes into each
+_active: list[Output] = []  # their outputs, in the order entered: what is printed goes into the last
 _tally_flags: list[bool] = []  # parallel to _active: does this call count in the process-wide tally
 _file_fd: int | None = None  # the unlinked temporary file fds 1 and 2 point at while captured
 _saved: dict[int, int] = {}  # fd -> a duplicate of the real one, while captured
@@ -144,8 +144,8 @@ def _clip(line: str, width: int = 160) -> str:
 class capture:
     """``with capture() as out:`` around a call into CasADi: what it prints goes into ``out`` (an
     :class:`Output`), not to the terminal. ``tally=False``: not counted in the note the CLI prints (a probe
-    whose failure is expected). Nests, and may be entered from several threads at once: the fds move
-    when the first call starts and come back when the last one ends."""
+    whose failure is expected). Nests — what a nested call prints is the nested call's only — and may be entered
+    from several threads at once: the fds move when the first call starts and come back when the last one ends."""
 
     __slots__ = ("output", "tally")
 
@@ -296,10 +296,13 @@ def _drain() -> None:
 
 
 def _feed(text: str) -> None:
+    """What was printed belongs to the innermost captured call (the last one entered): a probe nested in a run
+    keeps its expected messages to itself (and out of the tally when it asked so)."""
     with _feed_lock:
-        for out in _active:
-            out.feed(text)
-        if not _passthrough and any(_tally_flags):
+        if not _active:
+            return
+        _active[-1].feed(text)
+        if not _passthrough and _tally_flags[-1]:
             _TOTAL.feed(text)
 
 
