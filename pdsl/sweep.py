@@ -212,9 +212,8 @@ class Worker:
         from .fit.run import run_fit
 
         t = self.task
-        cfg = FitConfig(**dict(t.fit or {}))
-        cfg.param = {**cfg.param, **t.params, **member.params}
-        cfg.seed = member.seed
+        fit = dict(t.fit or {})
+        cfg = FitConfig(**{**fit, "param": {**fit.get("param", {}), **t.params, **member.params}, "seed": member.seed})
         out = Path(member_dir) / "fit"
         resume = (out / "checkpoint.npz").exists()
         summary = run_fit(t.model_path, t.model_name, cfg, out, resume=resume, consts=dict(t.consts),

@@ -9,16 +9,20 @@ from __future__ import annotations
 from ..diagnostics import PdslError
 from ..options import finite_float, integer
 
-# flag -> FitConfig field, for flags that override a setting
-_OVERRIDES = {
-    "data": "data", "method": "method", "epochs": "epochs", "batch": "batch", "chunk": "chunk", "stride": "stride",
-    "integrator": "integrator", "substeps": "substeps", "project": "project", "loss": "loss", "lr": "lr", "weight_decay": "weight_decay",
-    "seed": "seed", "val_fraction": "val_fraction", "threads": "threads", "formulation": "formulation", "tol": "tol",
-    "backend": "backend", "init": "init", "shooting": "shooting", "hessian": "hessian", "start": "start",
-    "implicit_solver": "implicit_solver", "fpi_iters": "fpi_iters", "fpi_tol": "fpi_tol", "gradient": "gradient",
-    "dtype": "dtype", "device": "device", "window": "window", "schedule": "schedule", "patience": "patience",
-    "factor": "factor", "early_stop": "early_stop", "dropout": "dropout",
-}
+# settings whose flags are not the field's value as given (lists, tables, key by key): built in _config
+_COMPOSITE = {"free", "observe", "profile", "param", "map", "input", "noise", "plots", "equilibrium", "sparsity",
+              "constraints", "momentum"}
+
+
+def _plain_overrides(args) -> dict:
+    """Every FitPlan field whose flag (``--`` + the field name) was given: the flags are declared by the plan's
+    fields, not by a table (a flag whose destination is not a field is not a setting)."""
+    from dataclasses import fields
+
+    from ..fit.config import FitPlan
+
+    return {f.name: getattr(args, f.name) for f in fields(FitPlan)
+            if f.name not in _COMPOSITE and getattr(args, f.name, None) is not None}
 
 
 def _data_flags(p) -> None:
@@ -140,42 +144,40 @@ def add_parsers(sub, common) -> None:
 
 
 def _config(args):
-    from ..fit.config import FitConfig, load_toml
+    """The fit plan: the TOML file's settings, then the flags over them, built once (a frozen FitPlan)."""
+    from ..fit.config import FitPlan, load_toml, noise_spec
     from ..sim.simulate import parse_assignment, parse_float
 
-    cfg = FitConfig(**(load_toml(args.config) if args.config else {}))
-    for flag, key in _OVERRIDES.items():
-        value = getattr(args, flag, None)
-        if value is not None:
-            setattr(cfg, key, value)
+    s = load_toml(args.config) if args.config else {}
+    s.update(_plain_overrides(args))
     if args.free:
-        cfg.free = sorted(set(cfg.free) | {n.strip() for n in args.free.split(",") if n.strip()})
+        s["free"] = sorted(set(s.get("free", ())) | {n.strip() for n in args.free.split(",") if n.strip()})
     if args.observe:
-        cfg.observe = [n.strip() for n in args.observe.split(",") if n.strip()]
+        s["observe"] = [n.strip() for n in args.observe.split(",") if n.strip()]
     if args.profile:
-        cfg.profile = [n.strip() for n in args.profile.split(",") if n.strip()]
+        s["profile"] = [n.strip() for n in args.profile.split(",") if n.strip()]
+    param = dict(s.get("param") or {})
     for item in args.param:
         name, value = parse_assignment(item, "--param")
-        cfg.param[name] = parse_float(value, f"--param {name}")
+        param[name] = parse_float(value, f"--param {name}")
+    s["param"] = param
     if args.map:
-        cfg.map = {**(cfg.map or {}), **_column_map(args.map)}
+        s["map"] = {**(s.get("map") or {}), **_column_map(args.map)}
     for item in args.input:
         name, value = parse_assignment(item, "--input")
-        cfg.input = {**(cfg.input or {}), name: value}
+        s["input"] = {**(s.get("input") or {}), name: value}
     for item in args.noise:
         name, value = parse_assignment(item, "--noise")
-        from ..fit.config import noise_spec
-
         try:
             spec = noise_spec(value)
         except ValueError as exc:
             raise PdslError.at("BadOption", f"--noise {name}: {exc}",
                                hint="σ as a number (0.01), relative (5%), or the name of a column of σ per sample") from None
-        cfg.noise = {**(cfg.noise or {}), name: spec}
-    _regularizer_flags(args, cfg, parse_assignment, parse_float)
+        s["noise"] = {**(s.get("noise") or {}), name: spec}
+    _regularizer_flags(args, s, parse_assignment, parse_float)
     if getattr(args, "no_plots", False):
-        cfg.plots = False
-    return cfg
+        s["plots"] = False
+    return FitPlan(**s)
 
 
 def _column_map(items) -> dict:
@@ -187,9 +189,10 @@ def _column_map(items) -> dict:
     return out
 
 
-def _regularizer_flags(args, cfg, parse_assignment, parse_float) -> None:
-    """--equilibrium*, --sparsity*, --dual-* override the [equilibrium] / [sparsity] tables key by key."""
-    eq = dict(cfg.equilibrium or {})
+def _regularizer_flags(args, s: dict, parse_assignment, parse_float) -> None:
+    """--equilibrium*, --sparsity*, --dual-* override the [equilibrium] / [sparsity] tables key by key (in the
+    settings ``s`` the plan is built from)."""
+    eq = dict(s.get("equilibrium") or {})
     if args.equilibrium is not None:
         eq["weight"] = args.equilibrium
     if args.equilibrium_at:
@@ -199,8 +202,8 @@ def _regularizer_flags(args, cfg, parse_assignment, parse_float) -> None:
             at[name] = parse_float(value, f"--equilibrium-at {name}")
         eq["at"] = at
         eq.setdefault("weight", 1.0)
-    cfg.equilibrium = eq or None
-    sp = dict(cfg.sparsity or {})
+    s["equilibrium"] = eq or None
+    sp = dict(s.get("sparsity") or {})
     if args.sparsity:
         sp["flows"] = [n.strip() for n in args.sparsity.split(",") if n.strip()]
     for flag, key in (("sparsity_weight", "weight"), ("sparsity_epsilon", "epsilon"), ("dual_step", "alpha"),
@@ -212,11 +215,11 @@ def _regularizer_flags(args, cfg, parse_assignment, parse_float) -> None:
         sp["mode"] = "primal-dual"
     if sp and not sp.get("flows"):
         raise PdslError.at("BadOption", "sparsity settings without flows", hint="name the flows: --sparsity damper2,link.f")
-    cfg.sparsity = sp or None
+    s["sparsity"] = sp or None
     if getattr(args, "constraint_weight", None) is not None:
-        cfg.constraints = {**(cfg.constraints or {}), "weight": args.constraint_weight}
+        s["constraints"] = {**(s.get("constraints") or {}), "weight": args.constraint_weight}
     if getattr(args, "momentum_weight", None) is not None:
-        cfg.momentum = {**(cfg.momentum or {}), "weight": args.momentum_weight}
+        s["momentum"] = {**(s.get("momentum") or {}), "weight": args.momentum_weight}
 
 
 def cmd_fit(args) -> int:

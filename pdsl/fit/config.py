@@ -1,6 +1,14 @@
-"""Experiment settings for ``pdsl fit``: defaults (BENCHMARKS A4/A5), a TOML file, command-line flags.
+"""Experiment settings for ``pdsl fit``: one frozen :class:`FitPlan`, from defaults, a TOML file and flags.
 
-Precedence: flag > TOML file > default. A TOML file holds the keys of :class:`FitConfig` at top
+The fields of :class:`FitPlan` are the one declaration of the settings: the TOML keys are its field names, the
+command-line flags that set a field are ``--`` + its name with ``-`` for ``_`` (``pdsl.cli.fit_cmd`` derives the
+mapping; no table to keep in step), and the Python API's keywords are the same names. A plan is built once
+(:func:`settings` merges TOML and flags; ``FitPlan(**settings)``), checked once (:func:`check_options`), and
+never changed: the defaults that depend on the method (:func:`resolve_defaults`) and on the data and model
+(``pdsl.fit.run.prepare``) each return a new plan with ``dataclasses.replace``. ``None`` in a field means
+"chosen by pdsl" until the plan is resolved. ``FitConfig`` is the former name, kept for scripts.
+
+Precedence: flag > TOML file > default. A TOML file holds the keys of :class:`FitPlan` at top
 level (``data``, ``free``, ``method``, ``epochs``, ``init`` — a previous fit's ``params.json`` to
 start from, ...), an optional ``[param]`` table of start values and optional ``[equilibrium]`` /
 ``[sparsity]`` tables (the regularisers of :mod:`pdsl.fit.regularize`); relative ``data`` and
@@ -14,17 +22,17 @@ import hashlib
 import math
 import re
 import tomllib
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from ..diagnostics import PdslError, Span, register_source
 from ..limits import read_text, toml_loads
 
-__all__ = ["FitConfig", "load_toml", "fingerprint", "resolve_defaults", "check_options"]
+__all__ = ["FitPlan", "FitConfig", "load_toml", "fingerprint", "resolve_defaults", "check_options", "noise_spec"]
 
 
-@dataclass
-class FitConfig:
+@dataclass(frozen=True)
+class FitPlan:
     data: str | None = None
     free: list[str] = field(default_factory=list)
     observe: list[str] | None = None
@@ -75,7 +83,9 @@ class FitConfig:
     dropout: float | None = None  # training only (torch backend): rate after every hidden layer; None: each mlp(dropout = …)
 
 
-_TYPES = {f.name: f.type for f in fields(FitConfig)}
+FitConfig = FitPlan  # the former name (scripts and benchmarks construct it with keywords)
+
+_TYPES = {f.name: f.type for f in fields(FitPlan)}
 _NO_FINGERPRINT = {"epochs", "threads", "backend", "device", "plots"}  # may change between a run and its resumption
 
 
@@ -94,7 +104,7 @@ def _toml_error(path: str, text: str, key: str | None, message: str, hint: str |
 
 
 def load_toml(path: str | Path) -> dict:
-    """The settings of a TOML file, checked against :class:`FitConfig` (paths made absolute)."""
+    """The settings of a TOML file, checked against :class:`FitPlan` (paths made absolute)."""
     p = Path(path)
     try:
         text = read_text(p, what="config file")
@@ -169,7 +179,7 @@ def _check_type(path: str, text: str, key: str, value):
     return value
 
 
-def check_options(cfg: FitConfig) -> None:
+def check_options(cfg: FitPlan) -> None:
     """Names and ranges of the settings that do not depend on the model (checked before it is compiled)."""
     if cfg.method not in ("auto", "gauss-newton", "ipopt", "adamw"):
         raise PdslError.at("BadOption", f"--method {cfg.method}: unknown", hint="auto, gauss-newton, ipopt or adamw")
@@ -203,7 +213,7 @@ def check_options(cfg: FitConfig) -> None:
     check_training_options(cfg)
 
 
-def check_training_options(cfg: FitConfig) -> None:
+def check_training_options(cfg: FitPlan) -> None:
     """The implicit solver, gradient, dtype/device, windows and schedule settings (issue 15)."""
     choices = {"implicit_solver": (None, "fpi", "newton"), "gradient": (None, "adjoint", "unrolled"),
                "dtype": ("float64", "float32"), "window": ("chunks", "random"), "schedule": ("cosine", "plateau")}
@@ -268,7 +278,7 @@ def noise_spec(value):
     return text
 
 
-def step_options(cfg: FitConfig) -> dict:
+def step_options(cfg: FitPlan) -> dict:
     """The implicit schemes' settings the user gave (each backend fills its own defaults)."""
     out = {}
     for key, name in (("solver", "implicit_solver"), ("n_iter", "fpi_iters"), ("tol", "fpi_tol"), ("gradient", "gradient")):
@@ -277,11 +287,9 @@ def step_options(cfg: FitConfig) -> dict:
     return out
 
 
-def resolve_defaults(cfg: FitConfig, has_networks: bool) -> FitConfig:
-    """Fill the method-dependent defaults and check ranges."""
+def resolve_defaults(cfg: FitPlan, has_networks: bool) -> FitPlan:
+    """The plan with its method-dependent defaults filled (a new frozen plan; the settings checked once)."""
     check_options(cfg)
-    if cfg.method not in ("auto", "gauss-newton", "ipopt", "adamw"):
-        raise PdslError.at("BadOption", f"--method {cfg.method}: unknown", hint="auto, gauss-newton, ipopt or adamw")
     if cfg.shooting not in ("single", "multiple"):
         raise PdslError.at("BadOption", f"--shooting {cfg.shooting}: unknown", hint="single or multiple")
     if cfg.hessian not in ("gauss-newton", "exact", "limited-memory"):
@@ -289,9 +297,9 @@ def resolve_defaults(cfg: FitConfig, has_networks: bool) -> FitConfig:
     regularized = bool(cfg.equilibrium or cfg.sparsity or cfg.constraints or cfg.momentum)
     if cfg.method == "auto":
         if cfg.shooting == "multiple":
-            cfg.method = "ipopt"
+            cfg = replace(cfg, method="ipopt")
         else:
-            cfg.method = "adamw" if has_networks or regularized else "gauss-newton"
+            cfg = replace(cfg, method="adamw" if has_networks or regularized else "gauss-newton")
     if cfg.shooting == "multiple" and cfg.method != "ipopt":
         raise PdslError.at("BadOption", f"multiple shooting is solved by ipopt, not {cfg.method}",
                            hint="use --method ipopt (continuity between segments is a constraint IPOPT enforces)")
@@ -299,7 +307,7 @@ def resolve_defaults(cfg: FitConfig, has_networks: bool) -> FitConfig:
         raise PdslError.at("BadOption", "the equilibrium, sparsity and constraint regularisers are trained with adamw",
                            hint="use --method adamw (Gauss–Newton minimises a sum of squared residuals only)")
     if cfg.loss == "auto":
-        cfg.loss = "mse" if cfg.method in ("gauss-newton", "ipopt") else "l1"
+        cfg = replace(cfg, loss="mse" if cfg.method in ("gauss-newton", "ipopt") else "l1")
     if cfg.loss not in ("mse", "l1", "huber", "soft-l1"):
         raise PdslError.at("BadOption", f"--loss {cfg.loss}: unknown", hint="mse, huber, soft-l1 or l1 (adamw)")
     if cfg.method == "gauss-newton" and cfg.loss not in ("mse", "huber", "soft-l1"):
@@ -313,22 +321,9 @@ def resolve_defaults(cfg: FitConfig, has_networks: bool) -> FitConfig:
                            hint="use --loss l1|mse; the robust losses huber and soft-l1 go with --method gauss-newton")
     if cfg.method == "adamw":
         _require_torch()
-    if cfg.epochs is None:
-        cfg.epochs = {"gauss-newton": 50, "ipopt": 200}.get(cfg.method, 2000)
-    if cfg.stride is None and cfg.chunk is not None:
-        cfg.stride = cfg.chunk
-    if cfg.network_seed is None:
-        cfg.network_seed = cfg.seed
-    if cfg.project < 0:
-        raise PdslError.at("BadOption", f"project must be a non-negative integer, got {cfg.project}")
-    for name in ("epochs", "batch", "chunk", "stride", "substeps", "threads"):
-        if getattr(cfg, name) is not None and getattr(cfg, name) < 1:
-            raise PdslError.at("BadOption", f"{name} must be a positive integer, got {getattr(cfg, name)}")
-    if not (cfg.lr > 0 and cfg.lr_min >= 0 and cfg.weight_decay >= 0):
-        raise PdslError.at("BadOption", "lr must be positive; lr_min and weight_decay non-negative")
-    if cfg.data is None:
-        raise PdslError.at("BadOption", "no data: give --data CSV (or `data = ...` in the --config file)")
-    return cfg
+    return replace(cfg, epochs=cfg.epochs if cfg.epochs is not None else {"gauss-newton": 50, "ipopt": 200}.get(cfg.method, 2000),
+                   stride=cfg.stride if cfg.stride is not None or cfg.chunk is None else cfg.chunk,
+                   network_seed=cfg.network_seed if cfg.network_seed is not None else cfg.seed)
 
 
 def _require_torch() -> None:
@@ -350,7 +345,7 @@ def _digest(path: str | None) -> str | None:
         return None
 
 
-def fingerprint(cfg: FitConfig, model_path: str, model_name: str) -> dict:
+def fingerprint(cfg: FitPlan, model_path: str, model_name: str) -> dict:
     """What must not change between a run and its ``--resume``: settings, model and data contents."""
     d = {k: v for k, v in asdict(cfg).items() if k not in _NO_FINGERPRINT}
     d["data"] = _digest(cfg.data)
