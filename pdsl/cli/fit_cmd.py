@@ -361,9 +361,11 @@ def _dump_json(path, summary: dict) -> None:
     from ..data.csvio import atomic_path
     from .main import _write
 
-    def dump():
+    from ..fit.run import _strict
+
+    def dump():  # strict JSON: a diverged trajectory's inf/NaN metrics are null (its `diverged` entry says why)
         with atomic_path(path) as tmp:
-            tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+            tmp.write_text(json.dumps(_strict(summary), indent=2, allow_nan=False) + "\n", encoding="utf-8")
 
     _write(dump, path)
     print(f"  summary -> {path}")
