@@ -34,7 +34,7 @@ import numpy as np
 
 from ..diagnostics import PdslError
 from .checkpoint import State
-from .data import Dataset
+from .data import Chunks, Dataset
 from .loss import ChunkLoss, _call
 from .train import Callback, Result, TrainOptions, _bar, _postfix, _record, _standard_errors
 
@@ -186,31 +186,64 @@ def ipopt(loss: ChunkLoss, train, val, state: State, opts: TrainOptions, on_epoc
 
 # ---------------------------------------------------------------- multiple shooting
 class Segments:
-    """Consecutive segments of ``steps`` steps covering each trajectory (trailing samples that do not
-    fill a whole segment are dropped), with the first sample of every trajectory."""
+    """Each trajectory cut into consecutive segments of ``steps`` steps that, together, compare every sample once.
+
+    Segment j of a trajectory starts at sample a = j·steps, its *node*, and compares samples a … a + steps − 1 (the
+    first through the observation of the node state itself), while its rollout runs on to a + steps, where
+    continuity meets node j + 1. The last segment of a trajectory compares its samples to the end, the last one
+    included; it may be shorter than ``steps`` and is then padded (times continued at the last interval, inputs
+    held) with residual factor 0, as :func:`pdsl.fit.data.whole_trajectories` pads. No sample is dropped, none is
+    compared twice.
+
+    ``chunks``: the segments as :class:`pdsl.fit.data.Chunks` — ``S0`` the shown state at each node (data where
+    measured, else :func:`pdsl.fit.latent.start_guesses`), ``W`` the residual factors (0 on padding and on an inner
+    segment's last sample, else the trajectory's per-sample weights or 1); ``owner``: each segment's trajectory;
+    ``starts``: the first segment of every trajectory; ``links``: the segments j whose end meets node j + 1."""
 
     def __init__(self, data: Dataset, steps: int):
-        S0, Y, U, T, first_Y, first_U, owner = [], [], [], [], [], [], []
+        trs = data.trajectories
+        shown = [np.asarray(tr.S, dtype=float) for tr in trs]
+        if any(not np.all(np.isfinite(S)) for S in shown):  # unmeasured columns: rough guesses, estimated anyway
+            from .latent import start_guesses
+
+            shown = start_guesses(data)
+        n_obs = len(data.observed)
+        S0, Y, U, T, Y0, W, origin, owner = [], [], [], [], [], [], [], []
         self.dropped = 0
-        for k, tr in enumerate(data.trajectories):
-            m = (len(tr) - 1) // steps
-            self.dropped += len(tr) - 1 - m * steps
-            for j in range(m):
-                a, b = j * steps, (j + 1) * steps
-                S0.append(tr.S[a])
-                Y.append(tr.Y[a + 1 : b + 1].T)
-                U.append(tr.U[a : b + 1].T)
-                T.append(tr.t[a : b + 1])
-                owner.append(k)
-            first_Y.append(tr.Y[0])
-            first_U.append(tr.U[0])
+        for j, tr in enumerate(trs):
+            L = len(tr)
+            if L < 2:
+                self.dropped += L
+                continue
+            weights = getattr(tr, "weights", None)
+            weights = np.ones_like(tr.Y, dtype=float) if weights is None else np.asarray(weights, dtype=float)
+            for a in range(0, L - 1, steps):
+                k = min(steps, L - 1 - a)  # steps with data
+                pad = steps - k
+                dt_last = float(tr.t[a + k] - tr.t[a + k - 1])
+                T.append(np.concatenate([tr.t[a : a + k + 1], tr.t[a + k] + dt_last * np.arange(1, pad + 1)]))
+                y = np.zeros((n_obs, steps))
+                y[:, :k] = tr.Y[a + 1 : a + k + 1].T
+                Y.append(y)
+                U.append(np.concatenate([tr.U[a : a + k + 1], np.repeat(tr.U[a + k : a + k + 1], pad, axis=0)]).T)
+                w = np.zeros((n_obs, steps + 1))
+                w[:, : k + 1] = weights[a : a + k + 1].T
+                if a + steps < L - 1:  # an inner segment: its last sample is the next node's first
+                    w[:, steps] = 0.0
+                W.append(w)
+                S0.append(shown[j][a])
+                Y0.append(tr.Y[a])
+                origin.append((j, a))
+                owner.append(j)
+        n_u, n_s = len(data.inputs), len(data.shown)
         self.steps = steps
-        self.S0, self.Y, self.U, self.T = np.array(S0), np.array(Y), np.array(U), np.array(T)
+        N = len(owner)
+        self.chunks = Chunks(np.array(S0).reshape(N, n_s), np.array(Y).reshape(N, n_obs, steps),
+                             np.array(U).reshape(N, n_u, steps + 1), np.array(T).reshape(N, steps + 1),
+                             np.array(origin, dtype=int).reshape(N, 2), np.array(Y0).reshape(N, n_obs),
+                             np.array(W).reshape(N, n_obs, steps + 1))
         self.owner = np.array(owner, dtype=int)
-        self.first_Y, self.first_U = np.array(first_Y), np.array(first_U)
-        # the segment that starts each trajectory, and the inner links (segment j -> node j + 1)
-        self.starts = np.array([np.flatnonzero(self.owner == k)[0] for k in range(len(data.trajectories))
-                                if np.any(self.owner == k)], dtype=int)
+        self.starts = np.array([j for j in range(len(owner)) if j == 0 or owner[j - 1] != owner[j]], dtype=int)
         self.links = np.array([j for j in range(len(owner) - 1) if owner[j] == owner[j + 1]], dtype=int)
 
     def __len__(self) -> int:
@@ -220,59 +253,159 @@ class Segments:
 def make_segments(data: Dataset, steps: int) -> Segments:
     seg = Segments(data, steps)
     if len(seg) == 0:
-        raise PdslError.at("BadTrajectoryData", f"{data.path}: no trajectory has {steps + 1} samples for one shooting segment",
-                           hint="use a smaller --chunk")
+        raise PdslError.at("BadTrajectoryData", f"{data.path}: no trajectory has 2 samples for one shooting segment",
+                           hint="give longer trajectories")
     return seg
 
 
+def _segment_functions(loss: ChunkLoss) -> dict:
+    """One segment as CasADi functions of (x0, θ, Y0, Y, U, T, W): its weighted residuals r (first sample, then each
+    step; factors W) and end state, and (``jac``) also dr/dθ, dr/dx0, d end/dθ, d end/dx0."""
+    num, lay, n = loss.num, loss.layout, loss.spec.steps
+    nobs = len(loss.observed)
+    x0, theta = ca.MX.sym("x0", num.nx), ca.MX.sym("theta", lay.n_theta)
+    Y0, Y = ca.MX.sym("Y0", nobs), ca.MX.sym("Y", nobs, n)
+    U, T, W = ca.MX.sym("U", len(num.u_names), n + 1), ca.MX.sym("T", 1, n + 1), ca.MX.sym("W", nobs, n + 1)
+    p = lay.casadi_p(theta)
+    X, Yhat = loss.rollout_observed(n, x0, p, U, T)
+    R = loss.weighted(Yhat, Y) * W[:, 1:]
+    R0 = loss.weighted(loss.obs(T[0], x0, p, U[:, 0]), Y0) * W[:, 0]
+    r, end = ca.vertcat(R0, ca.vec(R)), X[:, -1]
+    ins, names = [x0, theta, Y0, Y, U, T, W], ["x0", "theta", "Y0", "Y", "U", "T", "W"]
+    t, x = ca.MX.sym("t"), ca.MX.sym("x", num.nx)
+    inv = num.invariants(t, x, p)
+    return {
+        "value": ca.Function("segment", ins, [r, end], names, ["r", "end"]),
+        "jac": ca.Function("segment_jac", ins, [r, end, ca.jacobian(r, theta), ca.jacobian(r, x0), ca.jacobian(end, theta),
+                                                ca.jacobian(end, x0)], names, ["r", "end", "Jt", "Jx", "Et", "Ex"]),
+        "inv_jac": ca.Function("invariants_jac", [t, x, theta], [ca.jacobian(inv, x), ca.jacobian(inv, theta)]),
+        "m": int(r.numel()),
+    }
+
+
+def _segment_data(chunks: Chunks) -> list[np.ndarray]:
+    """(Y0, Y, U, T, W) of the segments side by side, as the mapped segment functions take them."""
+    B, n = len(chunks), chunks.steps
+    n_obs = chunks.Y.shape[1]
+    return [chunks.Y0.T, chunks.Y.transpose(1, 0, 2).reshape(n_obs, B * n),
+            chunks.U.transpose(1, 0, 2).reshape(chunks.U.shape[1], B * (n + 1)), chunks.T.reshape(1, -1),
+            chunks.W.transpose(1, 0, 2).reshape(n_obs, B * (n + 1))]
+
+
+def _start_nodes(loss: ChunkLoss, segments: Segments, theta: np.ndarray, refine: bool) -> np.ndarray:
+    """(nx, S) node states at the start values: the shown state at each node (data, or guesses where unmeasured),
+    with ``refine`` first fitted segment by segment at θ (:meth:`pdsl.fit.latent.LatentChunks.fit_starts`: a few
+    Levenberg–Marquardt sweeps on each segment's start alone — a short single-shooting pass), then mapped to the
+    state (and projected onto the constraints when --project is set)."""
+    ch = segments.chunks
+    S = np.array(ch.S0, dtype=float)
+    p0 = loss.layout.p_from_theta(theta)
+    if refine:
+        from .latent import LatentChunks
+
+        try:
+            S = LatentChunks(loss).fit_starts(theta, ch, S)
+        except PdslError:  # an implicit stage solve failing at the start values: keep the guesses
+            pass
+    t0 = ca.DM(ch.T[:, 0]).T
+    X0 = np.asarray(_call(loss.g.map(len(ch)), t0, ca.DM(S.T), p0))
+    if loss.project is not None:
+        X0 = np.asarray(loss.project.map(len(ch))(t0, X0, p0))
+    return X0
+
+
+def _profiled_information(loss: ChunkLoss, fns: dict, segments: Segments, theta: np.ndarray, nodes: np.ndarray,
+                          batch: int = 256):
+    """The Gauss–Newton information of θ with the node states profiled out, at a solution that satisfies the
+    continuity constraints: the null space of the constraint Jacobian is spanned by θ and each trajectory's free
+    start directions u (the first node's state, less the directions its invariants fix), through the linearised
+    segment maps δx_{j+1} = (∂end_j/∂x_j) δx_j + (∂end_j/∂θ) δθ; the residuals' Jacobian J Z in these
+    coordinates is block-arrow shaped (θ shared, u per trajectory), and H = Σ_k (J_θᵀJ_θ − J_θᵀJ_u (J_uᵀJ_u)⁻¹ J_uᵀJ_θ)
+    — the same Schur complement as :func:`pdsl.fit.latent.information`, i.e. s²H⁻¹ = the θ block of
+    s² Z (Zᵀ JᵀJ Z)⁻¹ Zᵀ. Returns (H, cost = |r|², dof = compared residuals − parameters − free start
+    dimensions, residuals (S, m))."""
+    ch = segments.chunks
+    nt, nx, m = loss.layout.n_theta, loss.num.nx, fns["m"]
+    rs, Jts, Jxs, Ets, Exs = [], [], [], [], []
+    for a in range(0, len(ch), batch):
+        idx = slice(a, a + batch)
+        part = ch.take(idx)
+        B = len(part)
+        fn = fns["jac"].map(B, "thread", max(1, loss.spec.threads))
+        r, _, Jt, Jx, Et, Ex = _call(fn, ca.DM(nodes[:, idx]), theta, *_segment_data(part))
+        rs.append(np.asarray(r).T)
+        Jts.append(np.asarray(Jt).reshape(m, B, nt).transpose(1, 0, 2))
+        Jxs.append(np.asarray(Jx).reshape(m, B, nx).transpose(1, 0, 2))
+        Ets.append(np.asarray(Et).reshape(nx, B, nt).transpose(1, 0, 2))
+        Exs.append(np.asarray(Ex).reshape(nx, B, nx).transpose(1, 0, 2))
+    r, Jt, Jx, Et, Ex = (np.concatenate(v) for v in (rs, Jts, Jxs, Ets, Exs))
+    H = np.zeros((nt, nt))
+    free = 0
+    n_inv = loss.num.invariants.size1_out(0)
+    for first in segments.starts:
+        ids = np.flatnonzero(segments.owner == segments.owner[first])
+        if n_inv:  # δx0 = N δu + P δθ keeps the first node's invariants
+            from scipy.linalg import null_space
+
+            Px, Pt = (np.asarray(v, dtype=float) for v in fns["inv_jac"](float(ch.T[first, 0]), nodes[:, first], theta))
+            N = null_space(Px, rcond=1e-10)
+            P = -np.linalg.pinv(Px) @ Pt
+        else:
+            N, P = np.eye(nx), np.zeros((nx, nt))
+        D = np.hstack([P, N])  # d x_j / d(θ, u)
+        rows = []
+        for j in ids:
+            Jj = Jx[j] @ D
+            Jj[:, :nt] += Jt[j]
+            rows.append(Jj)
+            D = Ex[j] @ D
+            D[:, :nt] += Et[j]
+        Jk = np.vstack(rows)
+        Bk, Ak = Jk[:, :nt], Jk[:, nt:]
+        G = Ak.T @ Ak
+        G += np.eye(len(G)) * 1e-12 * max(float(np.max(np.abs(G), initial=0.0)), 1e-300)  # unobservable directions
+        try:
+            H += Bk.T @ Bk - Bk.T @ Ak @ np.linalg.solve(G, Ak.T @ Bk)
+        except np.linalg.LinAlgError:
+            H += Bk.T @ Bk - Bk.T @ Ak @ np.linalg.lstsq(G, Ak.T @ Bk, rcond=None)[0]
+        free += N.shape[1]
+    dof = ch.compared - nt - free
+    return 0.5 * (H + H.T), float(np.sum(r * r)), int(dof), r
+
+
 def multiple_shooting(loss: ChunkLoss, segments: Segments, val, state: State, opts: TrainOptions,
-                      on_epoch: Callback | None = None, hessian: str | None = None, log=print) -> Result:
-    """IPOPT on θ and the node states with continuity (and invariant) constraints (module docstring)."""
+                      on_epoch: Callback | None = None, hessian: str | None = None, log=print, refine: bool = True) -> Result:
+    """IPOPT on θ and the node states with continuity (and invariant) constraints (module docstring); standard
+    errors and the information with the node states profiled out (:func:`_profiled_information`)."""
     if not isinstance(loss, ChunkLoss):
         raise PdslError.at("BadOption", "--shooting multiple needs the CasADi backend", hint="use --backend casadi (or auto)")
     if loss.spec.loss != "mse":
         raise PdslError.at("BadOption", "multiple shooting minimises the mse loss", hint="use --loss mse")
-    num, lay, n = loss.num, loss.layout, segments.steps
-    nx, S, nobs = num.nx, len(segments), len(loss.observed)
+    num, lay, ch = loss.num, loss.layout, segments.chunks
+    if ch.steps != loss.spec.steps:
+        raise ValueError(f"segments of {ch.steps} steps for a loss of {loss.spec.steps}")
+    nx, S = num.nx, len(ch)
+    fns = _segment_functions(loss)
     theta = ca.MX.sym("theta", lay.n_theta)
     X = ca.MX.sym("nodes", nx, S)
-    p = lay.casadi_p(theta)
-
-    # one segment: (x0, p, Y, U, T) -> weighted residuals and the end state
-    xs, ps = ca.MX.sym("x0", nx), ca.MX.sym("p", len(num.p_names))
-    Ys, Us, Ts = ca.MX.sym("Y", nobs, n), ca.MX.sym("U", len(num.u_names), n + 1), ca.MX.sym("T", 1, n + 1)
-    Xr, Yhat = loss.rollout_observed(n, xs, ps, Us, Ts)
-    seg = ca.Function("segment", [xs, ps, Ys, Us, Ts], [ca.vec(loss.weighted(Yhat, Ys)), Xr[:, -1]])
-    mapped = seg.map(S, "serial")
-    Yd = ca.DM(segments.Y.transpose(1, 0, 2).reshape(nobs, S * n))
-    Ud = ca.DM(segments.U.transpose(1, 0, 2).reshape(len(num.u_names), S * (n + 1)))
-    Td = ca.DM(segments.T.reshape(1, -1))
-    Rs, ends = mapped(X, p, Yd, Ud, Td)
-    # the first sample of every trajectory, observed at its first node
-    st = segments.starts
-    obs0 = loss.obs.map(len(st))(ca.DM(segments.T[st, 0]).T, X[:, st.tolist()], p, ca.DM(segments.first_U.T))
-    R0 = loss.weighted(obs0, ca.DM(segments.first_Y.T))
-    entries = (S * n + len(st)) * max(nobs, 1)
-    r = ca.vertcat(ca.vec(Rs), ca.vec(R0))
-    links = segments.links.tolist()
+    Rs, ends = fns["value"].map(S, "thread", max(1, loss.spec.threads))(X, theta, *[ca.DM(a) for a in _segment_data(ch)])
+    r = ca.vec(Rs)
+    st, links = segments.starts.tolist(), segments.links.tolist()
     g_parts = []
     if links:
         g_parts.append(ca.vec(ends[:, links] - X[:, [j + 1 for j in links]]))
     if num.invariants.size1_out(0):  # at each trajectory's first node; continuity carries them on
-        g_parts.append(ca.vec(num.invariants.map(len(st))(ca.DM(segments.T[st, 0]).T, X[:, st.tolist()], p)))
+        g_parts.append(ca.vec(num.invariants.map(len(st))(ca.DM(ch.T[st, 0]).T, X[:, st], lay.casadi_p(theta))))
     g = ca.vertcat(*g_parts) if g_parts else ca.MX(0, 1)
     w = ca.vertcat(theta, ca.vec(X))
 
-    # start: θ from the state, nodes from the checkpoint or from the data samples
+    # start: θ from the state, nodes from the checkpoint or from the data (refined segment by segment)
     th0 = np.asarray(state.theta, dtype=float)
     if "nodes" in state.arrays and state.arrays["nodes"].shape == (nx, S):
         X0 = state.arrays["nodes"]
     else:
-        p0 = lay.p_from_theta(th0)
-        g_fn = loss.g.map(S)
-        X0 = np.asarray(_call(g_fn, ca.DM(segments.T[:, 0]).T, ca.DM(segments.S0.T), p0))
-        if loss.project is not None:
-            X0 = np.asarray(loss.project.map(S)(ca.DM(segments.T[:, 0]).T, X0, p0))
+        X0 = _start_nodes(loss, segments, th0, refine)
+        state.arrays["nodes"] = X0
     w0 = np.concatenate([th0, X0.T.ravel()])  # vec() is column-major: node after node
 
     def unpack(wk):
@@ -284,9 +417,35 @@ def multiple_shooting(loss: ChunkLoss, segments: Segments, val, state: State, op
         if on_epoch:
             on_epoch(state)
 
-    out = _solve(w, r, 1.0 / entries, g, w0, state, opts, _hessian(hessian), on_iterate, "ipopt (multiple shooting)")
+    out = _solve(w, r, 1.0 / max(ch.compared, 1), g, w0, state, opts, _hessian(hessian), on_iterate,
+                 "ipopt (multiple shooting)")
     state.theta, state.arrays["nodes"] = unpack(out["w"])
     cont = ca.Function("continuity", [w], [g])(out["w"]) if g.numel() else ca.DM(0, 1)
     state.extra["constraint_violation"] = float(np.max(np.abs(np.asarray(cont)))) if g.numel() else 0.0
     finished = _finish(state, opts, out["status"], "multiple shooting", log)
-    return Result(state=state, finished=finished, stderr=None)
+    return Result(state=state, finished=finished, stderr=shooting_information(loss, fns, segments, state))
+
+
+def shooting_information(loss: ChunkLoss, fns: dict | None, segments: Segments, state: State) -> np.ndarray | None:
+    """Store the profiled information, χ², its degrees of freedom, the residuals and the nodes' shown states in
+    ``state`` (as :func:`pdsl.fit.latent.latent_gauss_newton` does); returns the standard errors of θ."""
+    fns = fns or _segment_functions(loss)
+    theta, nodes = np.asarray(state.theta, dtype=float), state.arrays["nodes"]
+    try:
+        H, cost, dof, r = _profiled_information(loss, fns, segments, theta, nodes)
+    except (PdslError, np.linalg.LinAlgError, ValueError):
+        return None
+    state.arrays["information"] = H
+    state.arrays["residuals"] = r
+    state.extra["residual_cost"] = cost
+    state.extra["residual_dof"] = dof
+    p = loss.layout.p_from_theta(theta)
+    report = loss.num.report.map(len(segments))
+    state.arrays["starts"] = np.asarray(report(ca.DM(segments.chunks.T[:, 0]).T, ca.DM(nodes), p)).T
+    if dof <= 0 or not np.all(np.isfinite(H)):
+        return None
+    try:
+        cov = np.linalg.inv(H) * cost / dof
+    except np.linalg.LinAlgError:
+        return None
+    return np.sqrt(np.maximum(np.diag(cov), 0.0))

@@ -427,6 +427,7 @@ def run_fit(model_path: str, model_name: str | None, cfg: FitConfig, out_dir: st
 
     out_dir = Path(out_dir)
     _check_inputs(cfg, out_dir, resume)
+    auto = cfg.method == "auto"  # the default method: its staged fit falls back on multiple shooting (pdsl.fit.fallback)
     run = prepare(model_path, model_name, cfg, consts)
     state = _initial_state(run, out_dir, resume)
     ck.remove_stale_temporaries(out_dir, (ck.NAME, *OUTPUT_FILES, f"{Path(model_path).stem}.fitted.phm"))
@@ -459,7 +460,9 @@ def run_fit(model_path: str, model_name: str | None, cfg: FitConfig, out_dir: st
     on_epoch = regularize.epoch_callback(run.loss, state, train_chunks, save)
     run._final_loss = run.loss
     if run.stages:
-        result, train_chunks = _staged_fit(run, state, opts, on_epoch, log)
+        from .fallback import staged_or_multiple
+
+        result, train_chunks = staged_or_multiple(run, state, opts, on_epoch, log, _staged_fit, auto)
         run._final_chunks = train_chunks
     elif segments is not None:  # node states estimated (unmeasured ones too), every sample compared once
         run._final_chunks = segments.chunks
@@ -489,6 +492,9 @@ def run_fit(model_path: str, model_name: str | None, cfg: FitConfig, out_dir: st
                     summary["stderr"][name] = None
         summary["misfit"] = misfit(run, result)
         summary["notes"] += diagnostics(run, result, summary)
+    if getattr(run, "_fallback", None):  # the default fit fell back on multiple shooting (said first), or tried it (last)
+        notes = list(summary.get("notes") or ())
+        summary["notes"] = [run._fallback, *notes] if run.cfg.shooting == "multiple" else [*notes, run._fallback]
     if c.profile and result.finished:
         from .profile import profile_intervals
 
