@@ -76,7 +76,6 @@ class Model:
         self._formulation = formulation
         self._compiled = None
         self._numeric = None
-        self._file: Path | None = self.path if self.path.is_file() else None
         self._check()
 
     @classmethod
@@ -145,14 +144,6 @@ class Model:
     def inputs(self) -> tuple[str, ...]:
         """Exogenous inputs (to give to ``simulate``/``fit``)."""
         return tuple(self.numeric.u_names)
-
-    def _model_file(self) -> Path:
-        """A file holding the model text (``fit`` writes the fitted model next to its outputs)."""
-        if self._file is None:
-            d = Path(tempfile.mkdtemp(prefix="pdsl-model-"))
-            self._file = d / (self.path.name if self.path.suffix == ".phm" else "model.phm")
-            self._file.write_text(self._text or "", encoding="utf-8")
-        return self._file
 
     # ---- show
     def show(self, format: str | None = None, *, simplify: bool = True) -> Equations | str:
@@ -246,7 +237,8 @@ class Model:
                         input=dict(inputs) if inputs else None, noise=dict(noise) if noise else None, **options)
         out_dir = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="pdsl-fit-"))
         lines: list[str] = []
-        summary = run_fit(str(self._model_file()), self._model_name, cfg, out_dir,
+        label = self.path if self.path.suffix == ".phm" else self.path.with_suffix(".phm")
+        summary = run_fit(str(label), self._model_name, cfg, out_dir, text=self._text,  # the text itself: no temp file
                           consts=self._consts or None, progress=verbose,
                           log=print if verbose else lines.append)
         return FitResult(summary, out_dir, "\n".join(lines))

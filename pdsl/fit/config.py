@@ -345,7 +345,7 @@ def _digest(path: str | None) -> str | None:
         return None
 
 
-def fingerprint(cfg: FitPlan, model_path: str, model_name: str) -> dict:
+def fingerprint(cfg: FitPlan, model_path: str, model_name: str, model_text: str | None = None) -> dict:
     """What must not change between a run and its ``--resume``: settings, model and data contents."""
     d = {k: v for k, v in asdict(cfg).items() if k not in _NO_FINGERPRINT}
     d["data"] = _digest(cfg.data)
@@ -353,5 +353,6 @@ def fingerprint(cfg: FitPlan, model_path: str, model_name: str) -> dict:
         d["input"] = {k: v if isinstance(v, str) else f"<python {getattr(v, '__name__', 'callable')}>" for k, v in cfg.input.items()}
     if cfg.init:
         d["init"] = _digest(cfg.init)
-    d["model"] = {"name": model_name, "sha256": _digest(model_path)}
+    d["model"] = {"name": model_name, "sha256": hashlib.sha256(model_text.encode("utf-8", "surrogatepass")).hexdigest()
+                  if model_text is not None else _digest(model_path)}
     return d

@@ -39,7 +39,7 @@ OUTPUT_FILES = ("params.json", "networks.npz", "report.md", "loss.png", "validat
 class FitRun:
     """Everything a fit needs, prepared and checked before the first epoch."""
 
-    model_path: str
+    model_path: str  # the model file, or the label of a model given as text (the Python API)
     model: object
     num: NumericSystem
     layout: ParamLayout
@@ -54,6 +54,7 @@ class FitRun:
     # trajectories (:func:`stage_lengths`); empty: one fit on chunks of cfg.chunk steps
     stages: tuple[int, ...] = ()
     substeps_note: str | None = None  # how the integration substeps were chosen (reported), None: given
+    model_text: str | None = None  # the model's source text (the fitted model is written from it)
 
 
 def _start_values(num: NumericSystem, values: Mapping[str, float]) -> np.ndarray:
@@ -95,11 +96,24 @@ def _dropout(cfg: FitConfig, system) -> float | tuple:
     return tuple((nn.name, nn.dropout) for nn in system.neural if nn.dropout)
 
 
-def prepare(model_path: str, model_name: str | None, cfg: FitConfig, consts: Mapping[str, int] | None = None) -> FitRun:
-    """Compile, choose parameters, load and split the data, build the loss."""
+def prepare(model_path, model_name: str | None, cfg: FitConfig, consts: Mapping[str, int] | None = None, *,
+            text: str | None = None) -> FitRun:
+    """Compile, choose parameters, load and split the data, build the loss. ``model_path`` is a model file, or a
+    :class:`pdsl.pipeline.Compiled` model (the Python API's, compiled once: nothing is written to disk) whose
+    source ``text`` is given; ``text`` with a path compiles that text under the path's name."""
+    from ..pipeline import Compiled
+
     seed = cfg.network_seed if cfg.network_seed is not None else cfg.seed
-    compiled = compile_model(model_path, CompileOptions(model=model_name, consts=consts or (), formulation=cfg.formulation,
-                                                        seed=seed, numeric=False))
+    if isinstance(model_path, Compiled):
+        compiled = model_path
+        model_path = str(compiled.model.path or "<model text>")
+    else:
+        compiled = compile_model(model_path, CompileOptions(model=model_name, consts=consts or (), formulation=cfg.formulation,
+                                                            seed=seed, numeric=False), text=text)
+    if text is None:
+        from ..limits import read_text
+
+        text = read_text(model_path)
     m = compiled.model
     num = _compile(compiled.system, seed)
     if cfg.init:  # warm start: a previous fit's parameters and network weights as start values
@@ -113,7 +127,7 @@ def prepare(model_path: str, model_name: str | None, cfg: FitConfig, consts: Map
         check_profile_names(cfg.profile, layout.free_names)
     data = load_dataset(cfg.data, num, observe=cfg.observe, min_samples=(cfg.chunk or 1) + 1, columns=cfg.map,
                         inputs=fit_inputs(num, cfg.input), latent=cfg.start != "data", noise=cfg.noise)
-    cfg.start = choose_start(cfg, data, layout)
+    cfg = replace(cfg, start=choose_start(cfg, data, layout))
     if any(isinstance(v, str) for v in (cfg.noise or {}).values()) and (cfg.start != "estimate" or cfg.shooting != "single"):
         raise PdslError.at("BadOption", "relative (5%) and per-sample (a column) noise weight each sample; the fits with "
                            "estimated starts do (the default for physical parameters), this one does not",
@@ -121,21 +135,22 @@ def prepare(model_path: str, model_name: str | None, cfg: FitConfig, consts: Map
     stages: tuple[int, ...] = ()
     if cfg.chunk is None and staged(cfg, layout):  # physical parameters: whole trajectories, reached in stages
         stages = stage_lengths([len(tr) for tr in data.trajectories])
-        cfg.chunk = stages[0]
+        cfg = replace(cfg, chunk=stages[0])
     if cfg.chunk is None:  # 4 steps (A5); longer chunks when unmeasured states must be estimated per chunk
         shortest = min(len(tr) for tr in data.trajectories) - 1
-        cfg.chunk = max(1, min(20 if data.latent and cfg.start == "estimate" else 4, shortest))
+        cfg = replace(cfg, chunk=max(1, min(20 if data.latent and cfg.start == "estimate" else 4, shortest)))
     if cfg.stride is None:
-        cfg.stride = cfg.chunk
+        cfg = replace(cfg, stride=cfg.chunk)
     if cfg.start == "estimate":  # unmeasured columns get rough guesses; every chunk start is estimated
         from .latent import start_guesses
 
         data = replace(data, trajectories=tuple(replace(tr, S=S) for tr, S in zip(data.trajectories, start_guesses(data))))
     if cfg.val_fraction is None:  # a hold-out only where it serves: networks (early stopping, saturation)
-        cfg.val_fraction = 0.2 if layout.networks else 0.0
+        cfg = replace(cfg, val_fraction=0.2 if layout.networks else 0.0)
     substeps_note = None
     if cfg.substeps is None:  # networks: 1 (their rates at the initial weights say nothing about the system)
-        cfg.substeps, substeps_note = (1, None) if layout.networks else auto_substeps(num, data, p_start, cfg.integrator)
+        substeps, substeps_note = (1, None) if layout.networks else auto_substeps(num, data, p_start, cfg.integrator)
+        cfg = replace(cfg, substeps=substeps)
     if cfg.profile and (cfg.start != "estimate" or cfg.method != "gauss-newton" or cfg.shooting != "single"):
         raise PdslError.at("BadOption", "--profile refits the Gauss–Newton fit with estimated starts (the default for "
                            "physical parameters)", hint="drop --method / --start data / --shooting multiple")
@@ -151,7 +166,8 @@ def prepare(model_path: str, model_name: str | None, cfg: FitConfig, consts: Map
                     dtype=cfg.dtype, device=cfg.device, dropout=_dropout(cfg, compiled.system))
     loss = make_loss(num, layout, spec, data.observed, cfg)  # CasADi or torch backend (cfg.backend)
     loss = regularize.wrap_loss(loss, cfg, m, num, layout, train)  # equilibrium / sparsity terms, when set
-    return FitRun(model_path, m, num, layout, cfg, data, train, val, loss, p_start, spec, stages, substeps_note)
+    return FitRun(str(model_path), m, num, layout, cfg, data, train, val, loss, p_start, spec, stages, substeps_note,
+                  text)
 
 
 def staged(cfg: FitConfig, layout: ParamLayout) -> bool:
@@ -279,7 +295,7 @@ def choose_start(cfg: FitConfig, data: Dataset, layout: ParamLayout) -> str:
 
 
 def _initial_state(run: FitRun, out_dir: Path, resume: bool) -> ck.State:
-    fp = fingerprint(run.cfg, run.model_path, run.model.name)
+    fp = fingerprint(run.cfg, run.model_path, run.model.name, run.model_text)
     if not resume:
         return ck.State(theta=run.layout.theta_from_p(run.p_start))
     state, saved = ck.load_checkpoint(out_dir / ck.NAME)
@@ -419,7 +435,7 @@ def _checked_save(run: FitRun, path: Path, fp: dict) -> Callable:
 _STAGE = ".pdsl-outputs."  # prefix of the staging directory of the output set
 
 
-def run_fit(model_path: str, model_name: str | None, cfg: FitConfig, out_dir: str | Path, *, resume: bool = False,
+def run_fit(model_path, model_name: str | None, cfg: FitConfig, out_dir: str | Path, *, resume: bool = False, text: str | None = None,
             consts: Mapping[str, int] | None = None, stop_after: int | None = None, progress: bool = True,
             log: Callable[[str], None] = print) -> dict:
     """Fit, checkpointing every epoch into ``out_dir``; returns a summary (``params``, ``finished``...)."""
@@ -428,13 +444,13 @@ def run_fit(model_path: str, model_name: str | None, cfg: FitConfig, out_dir: st
     out_dir = Path(out_dir)
     _check_inputs(cfg, out_dir, resume)
     auto = cfg.method == "auto"  # the default method: its staged fit falls back on multiple shooting (pdsl.fit.fallback)
-    run = prepare(model_path, model_name, cfg, consts)
+    run = prepare(model_path, model_name, cfg, consts, text=text)
     state = _initial_state(run, out_dir, resume)
-    ck.remove_stale_temporaries(out_dir, (ck.NAME, *OUTPUT_FILES, f"{Path(model_path).stem}.fitted.phm"))
+    ck.remove_stale_temporaries(out_dir, (ck.NAME, *OUTPUT_FILES, f"{Path(run.model_path).stem}.fitted.phm"))
     if out_dir.is_dir():
         for stale in out_dir.glob(_STAGE + "*"):  # a staging directory a killed run left behind
             shutil.rmtree(stale, ignore_errors=True)
-    fp = fingerprint(run.cfg, run.model_path, run.model.name)
+    fp = fingerprint(run.cfg, run.model_path, run.model.name, run.model_text)
     if run.cfg.window == "random":  # one window per trajectory: epoch 0's for the checks, a fixed draw for validation
         train_chunks = _random_windows(run)(0)
         val_chunks = random_windows(run.val, run.cfg.chunk, np.random.default_rng([run.cfg.seed, 15]))
@@ -733,9 +749,30 @@ def identifiability(run: FitRun, result: Result, train_chunks, batch: int = 200)
     if not run.stages and not multiple:  # short windows each with its own start may leave a parameter undetermined
         by = (f"this fit (windows of {run.cfg.chunk} steps, each from {'its own estimated start' if run.cfg.start == 'estimate' else 'a data sample'}; "
               "whole trajectories may determine it: leave --chunk at its default)")
+    suspect = _suspect_end(run, values, cost, dof)
+    if suspect:  # the fit, not the data, may be why: say so instead of blaming the data
+        by = f"this fit ({suspect}; other start values may determine it)"
     ident = analyse(lay.free_names, values, H[: len(idx), : len(idx)], cost, dof, T, by=by)
     ident.sentences[:0] = notes
     return ident
+
+
+def _suspect_end(run: FitRun, values, cost: float, dof: int) -> str | None:
+    """Why a fit's end may not be the optimum the data allow (a parameter at a declared bound, or a misfit far
+    above the stated noise), in words; None when neither."""
+    specs = {q.name: q for q in run.model.params}
+    at = [n for n, v in zip(run.layout.free_names, values)
+          for b in (getattr(specs.get(n), "lower", None), getattr(specs.get(n), "upper", None))
+          if b is not None and abs(v - b) <= 1e-6 * max(abs(b), abs(v), 1e-12)]
+    if at:
+        return f"{', '.join(at)} ended at {'a bound' if len(at) == 1 else 'bounds'}"
+    noise = run.cfg.noise or {}
+    if dof > 0 and noise and all(n in noise for n in run.data.observed):
+        from scipy.stats import chi2
+
+        if cost / dof > max(2.0, float(chi2.ppf(1 - _MISFIT_P, dof)) / dof):
+            return f"its misfit χ²/dof = {cost / dof:.3g} is far above the stated noise: a local minimum?"
+    return None
 
 
 def _banner(run: FitRun, n_train: int, n_val: int, epoch: int, segments=None) -> str:
@@ -814,7 +851,7 @@ def _write_outputs(run: FitRun, result: Result, summary: dict, out_dir: Path) ->
         if lay.networks:
             with ck.writing(out_dir / names["networks"]):
                 out.write_networks(stage / names["networks"], out.network_arrays(run.num, lay, p))
-        text = Path(run.model_path).read_text(encoding="utf-8")
+        text = run.model_text
         values = {n: summary["params"][n] for n in lay.free_names}
         with ck.writing(out_dir / names["model"]):
             out.write_text(stage / names["model"], out.fitted_model_text(text, run.model_path, run.model.name, values))

@@ -145,3 +145,23 @@ def test_symbolic_systems_render_in_notebooks():
     md, tex = system._repr_markdown_(), system._repr_latex_()
     assert md.startswith("# model RLC") and "der(q)" in md.replace("\\", "")
     assert "\\begin{equation}" in tex
+
+
+def test_fit_of_a_text_model_writes_no_model_file(tmp_path, monkeypatch):
+    """The API fits a model given as text from the text itself (issue 27): no temporary model file anywhere."""
+    import tempfile
+
+    import numpy as np
+
+    import pdsl
+
+    text = "model Decay\n  param k = 0.5 {lower = 0}\n  var x = 1\n  der(x) = -k*x\nend\n"
+    m = pdsl.Model.from_text(text)
+    t = np.linspace(0, 4, 41)
+    data = {"t": t, "x": np.exp(-0.8 * t)}
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    result = m.fit(data, free=["k"], out=tmp_path / "fit")
+    assert abs(result.params["k"] - 0.8) < 1e-6
+    assert not list((tmp_path / "tmp").iterdir())  # nothing written to the temporary directory
+    assert (tmp_path / "fit" / "model.fitted.phm").read_text().count("k = 0.8") == 1
