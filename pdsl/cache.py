@@ -48,9 +48,13 @@ whose lock is free and that are older than :data:`TEMP_GRACE_S` (a process kille
 its locks; a live writer, in any process or container on the machine, keeps its file). Where ``flock`` is not
 available the writer's pid is checked instead, and an older-style name without a pid goes after an hour.
 The same helpers (:func:`temporary_file`, :func:`temporary_dir`, :func:`sweep_temporaries`) serve build
-directories elsewhere (the C compiler's work directory, FMU builds).
+directories elsewhere (the C compiler's work directory, FMU builds) and every output pdsl writes atomically
+(``.<name>.tmp-<pid>-<random>…`` next to the output, :func:`output_temp_prefix`: the folder a CSV of
+``simulate -o`` is written in, the directory of ``compile -o``), whose abandoned ones the next write into the same directory removes
+(:func:`sweep_output_temporaries`).
 
-Environment: ``PDSL_CACHE_DIR`` (default ``$XDG_CACHE_HOME/pdsl`` or ``~/.cache/pdsl``),
+Environment: ``PDSL_CACHE_DIR`` (default ``$XDG_CACHE_HOME/pdsl`` or ``~/.cache/pdsl``; ``PDSL_CACHE``, the
+name the torch backend's compiled core once read, is taken when ``PDSL_CACHE_DIR`` is not set),
 ``PDSL_NO_CACHE=1`` (as ``--no-cache``: no :class:`ModelCache` exists, nothing in the directory is read or
 written), ``PDSL_CACHE_MAX_MB``.
 """
@@ -77,7 +81,7 @@ from typing import Any
 
 __all__ = ["ModelCache", "Deferred", "default_cache", "set_default_cache", "using", "record_sources",
            "note_source", "cache_dir", "FORMAT", "DEFAULT_MAX_BYTES", "KEY_FILE", "temporary_file",
-           "temporary_dir", "sweep_temporaries", "TEMP_GRACE_S"]
+           "temporary_dir", "sweep_temporaries", "TEMP_GRACE_S", "output_temp_prefix", "sweep_output_temporaries"]
 
 FORMAT = 2  # bump when the layout of an entry (or of the objects it pickles) changes
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024
@@ -287,15 +291,21 @@ def _abandoned(path: str, is_dir: bool, pid: int | None, age: float) -> bool:
     return not _pid_alive(pid) or age > TEMP_UNLOCKABLE_S
 
 
-def sweep_temporaries(directory: str | Path, prefix: str, *, legacy: bool = False,
-                      grace_s: float = TEMP_GRACE_S) -> tuple[int, int]:
+def sweep_temporaries(directory: str | Path, prefix: str, *, legacy: bool | str = False,
+                      grace_s: float = TEMP_GRACE_S, pattern: str | None = None,
+                      dead_grace_s: float | None = None) -> tuple[int, int]:
     """Remove the abandoned temporaries ``<prefix><pid>-<hex>…`` (files or directories) in ``directory``.
 
     Only the user's own entries are looked at; one is abandoned when it is older than ``grace_s`` and its
     writer's lock is free (see :func:`temporary_file`). ``legacy``: other names starting with ``prefix`` (an
-    older pdsl's ``mkstemp`` names, no pid, no lock) go when older than an hour. Returns ``(removed, bytes of
-    the files left)``."""
-    pattern = re.compile(re.escape(prefix) + r"(\d+)-[0-9a-f]{16}")
+    older pdsl's ``mkstemp`` names, no pid, no lock) go when older than an hour; a string: only those that
+    match it whole (a regular expression). ``pattern``: a regular expression (group 1: the pid) a temporary's
+    name must start with, instead of ``prefix`` followed by the pid (names must still start with ``prefix``).
+    ``dead_grace_s``: the grace instead of ``grace_s`` when no process of this machine (pid namespace) has the
+    writer's pid (e.g. 0: what ``kill -9`` just left goes now; a writer not yet locked is alive). Returns
+    ``(removed, bytes of the files left)``."""
+    pattern = re.compile(pattern or (re.escape(prefix) + r"(\d+)-[0-9a-f]{16}"))
+    old_style = re.compile(legacy) if isinstance(legacy, str) else None
     uid = _uid()
     removed = left = 0
     now = time.time()
@@ -315,13 +325,15 @@ def sweep_temporaries(directory: str | Path, prefix: str, *, legacy: bool = Fals
             if uid is not None and st.st_uid != uid:
                 continue
             m = pattern.match(name)
-            if m is None and not legacy:
+            if m is None and (not legacy or (old_style is not None and not old_style.fullmatch(name))):
                 continue
             is_dir = stat.S_ISDIR(st.st_mode)
             age = now - st.st_mtime
-            if age >= grace_s and not stat.S_ISLNK(st.st_mode):
-                gone = (_abandoned(entry.path, is_dir, int(m.group(1)), age) if m is not None
-                        else age > TEMP_UNLOCKABLE_S)
+            pid = int(m.group(1)) if m is not None else None
+            judged = age >= grace_s or (dead_grace_s is not None and pid is not None and age >= dead_grace_s
+                                        and not _pid_alive(pid))
+            if judged and not stat.S_ISLNK(st.st_mode):
+                gone = _abandoned(entry.path, is_dir, pid, age) if pid is not None else age > TEMP_UNLOCKABLE_S
             else:
                 gone = stat.S_ISLNK(st.st_mode)  # never made by pdsl: a link named like a temporary just goes
             if gone:
@@ -339,9 +351,40 @@ def sweep_temporaries(directory: str | Path, prefix: str, *, legacy: bool = Fals
     return removed, left
 
 
+OUTPUT_TEMP = r"\..+\.tmp-(\d+)-[0-9a-f]{16}"  # .<name>.tmp-<pid>-<hex>...: a temporary of an output (any name)
+_NAME_MAX = 255  # bytes in a file name (Linux, macOS): <name> is shortened in the temporary's name to fit
+_MKSTEMP = r"[a-z0-9_]{8}"  # what tempfile.mkstemp put between prefix and suffix (pdsl before output temporaries)
+
+
+def output_temp_prefix(target: str | Path) -> str:
+    """``.<name>.tmp-`` for the temporaries of the output ``target`` (files or directories, made with
+    :func:`temporary_file` / :func:`temporary_dir` next to it); a long name is shortened so that the temporary's
+    name (pid, random part and a suffix added) still fits."""
+    name = Path(target).name
+    while len(os.fsencode(name)) > _NAME_MAX - 100:
+        name = name[:-1]
+    return f".{name}.tmp-"
+
+
+def sweep_output_temporaries(directory: str | Path, target: str | Path | None = None) -> int:
+    """Remove the abandoned temporaries of pdsl's outputs in ``directory`` (``.<name>.tmp-<pid>-<hex>…`` of any
+    output: what ``kill -9`` of a writer leaves; a live writer's, locked, are kept; see
+    :func:`sweep_temporaries`; one whose writer's pid is gone goes at once, e.g. when ``fit --resume`` follows a
+    killed run). ``target``: an output about to be written there; its temporaries as an older pdsl
+    named them (``.<name>.<8 random characters><suffix>``, no lock) go too when older than an hour. Returns how
+    many were removed."""
+    removed, _ = sweep_temporaries(directory, ".", pattern=OUTPUT_TEMP, dead_grace_s=0.0)
+    if target is not None:
+        t = Path(target)
+        legacy = re.escape(f".{t.name}.") + _MKSTEMP + re.escape(t.suffix)
+        more, _ = sweep_temporaries(directory, f".{t.name}.", pattern=OUTPUT_TEMP, legacy=legacy, dead_grace_s=0.0)
+        removed += more
+    return removed
+
+
 # ------------------------------------------------------------------ the cache directory
 def cache_dir() -> Path:
-    env = os.environ.get("PDSL_CACHE_DIR")
+    env = os.environ.get("PDSL_CACHE_DIR") or os.environ.get("PDSL_CACHE")  # PDSL_CACHE: the torch core's old name
     if env:
         return Path(env)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")

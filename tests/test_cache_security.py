@@ -399,3 +399,258 @@ def test_abandoned_fmu_build_folders_are_swept(tmp_path):
         _old(p)
     assert main(["compile", str(MODELS / "double_pendulum.phm"), "--target", "fmu", "-o", str(out), "--no-cache"]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dp.fmu"]
+
+
+# ------------------------------------------------------------------ the torch backend's compiled core
+TORCH_CORE = ("import sys\n"
+              "sys.addaudithook(lambda event, args: event == 'ctypes.dlopen' and print('DLOPEN', args[0], file=sys.stderr))\n"
+              "from pdsl.cache import ModelCache, using\n"
+              "from pdsl.pipeline import compile_model\n"
+              "from pdsl.backend.torch_backend import TorchSystem\n"
+              "src, d = sys.argv[1:3]\n"
+              "store = None if d == '-' else ModelCache(d)\n"
+              "c = compile_model(src, cache=False)\n"
+              "with using(store):\n"
+              "    ts = TorchSystem(c.system, core='c')\n"
+              "print(ts.core, -1 if store is None else store.rejected)\n")
+
+
+def _torch_core(src: Path, d, env: dict) -> tuple[str, list[str]]:
+    """Build the compiled core of ``src`` in a fresh process with the cache ``d`` (None: none, as --no-cache):
+    ``(its last line: "c <entries rejected>", the paths it dlopen-ed)``."""
+    r = subprocess.run([sys.executable, "-c", TORCH_CORE, str(src), "-" if d is None else str(d)], capture_output=True,
+                       text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip().splitlines()[-1], [line.split(" ", 1)[1] for line in r.stderr.splitlines()
+                                                if line.startswith("DLOPEN ")]
+
+
+def _tree(d: Path) -> dict:
+    """Every file under ``d``: bytes, mode, owner."""
+    return {str(p.relative_to(d)): (p.read_bytes(), p.stat().st_mode, p.stat().st_uid) for p in sorted(d.rglob("*"))
+            if p.is_file()}
+
+
+def _old_torch_core_name(src: Path, monkeypatch) -> str:
+    """The name the torch core was loaded from before (``<$PDSL_CACHE or ~/.cache/pdsl>/torch_core/pdsl_core_<sha256 of
+    its C, 24 digits>.so``): the C text captured in this process."""
+    import hashlib
+
+    from pdsl.backend import torch_core
+
+    sources = []
+
+    def capture(source):
+        sources.append(source)
+        raise OSError("captured")
+
+    monkeypatch.setattr(torch_core, "_library", capture)
+    system = compile_model(src, cache=False).system
+    assert torch_core.build_core(system, {}, system.input_laws()) is None and len(sources) == 1
+    return f"pdsl_core_{hashlib.sha256(sources[0].encode()).hexdigest()[:24]}.so"
+
+
+@pytest.mark.skipif(CC is None, reason="the compiled core needs a C compiler")
+@pytest.mark.parametrize("forged", [False, True])
+def test_torch_core_loads_only_authenticated_libraries(tmp_path, monkeypatch, forged):
+    """The torch backend's compiled core (pdsl.backend.torch_core) used to dlopen pdsl_core_<hash>.so from
+    $PDSL_CACHE/torch_core or ~/.cache/pdsl/torch_core unchecked: a library planted at the names it loads (the old
+    ones, and its entry's name now), in a directory others can write or in our own without a valid MAC, is never
+    loaded (its constructor would write the marker)."""
+    pytest.importorskip("torch")
+    src = tmp_path / "p.phm"
+    src.write_text(PENDULUM)
+    home = tmp_path / "home"
+    env = _env(tmp_path / "unused", HOME=str(home))
+    env.pop("XDG_CACHE_HOME", None)
+    good = tmp_path / "good"
+    assert _torch_core(src, good, env)[0] == "c 0"
+    (name,) = [p.name for p in good.iterdir() if p.name.endswith(".so")]  # the name it loads now
+    assert name.startswith("rhs-")
+    old_name = _old_torch_core_name(src, monkeypatch)
+    marker = tmp_path / "marker"
+    lib = _planted_library(tmp_path, marker)
+    planted = lib + C.LIBRARY_MAGIC + os.urandom(32) if forged else lib
+    # a directory others can write: refused whole, the planted files left as evidence; the old places: never read
+    shared = tmp_path / "shared"
+    (shared / "torch_core").mkdir(parents=True)
+    (home / ".cache" / "pdsl" / "torch_core").mkdir(parents=True)
+    os.chmod(shared, 0o777)
+    for f in (shared / name, shared / "torch_core" / old_name, home / ".cache" / "pdsl" / "torch_core" / old_name):
+        f.write_bytes(planted)
+    before = _tree(shared), _tree(home)
+    line, opened = _torch_core(src, shared, {**env, "PDSL_CACHE": str(shared)})
+    assert line == "c 0" and not marker.exists(), line
+    assert not [p for p in opened if str(shared) in p or str(home) in p], opened
+    assert (_tree(shared), _tree(home)) == before and len(before[0]) == 2
+    # our own directory: the planted library is rejected (removed) and rebuilt, then loaded from the cache
+    mine = tmp_path / "mine"
+    (mine / "torch_core").mkdir(mode=0o700, parents=True)
+    os.chmod(mine, 0o700)
+    for f in (mine / name, mine / "torch_core" / old_name):
+        f.write_bytes(planted)
+    line, opened = _torch_core(src, mine, {**env, "PDSL_CACHE": str(mine)})
+    assert line == "c 1" and not marker.exists(), line
+    assert (mine / name).read_bytes() != planted and (mine / name).stat().st_size > 1000
+    line, opened = _torch_core(src, mine, env)
+    assert line == "c 0" and not marker.exists()
+    if Path("/proc/self/fd").is_dir():  # loaded through the descriptor whose bytes were verified
+        assert [p for p in opened if p.startswith("/proc/self/fd/")], opened
+    assert not [p for p in opened if "torch_core" in p or str(mine) in p], opened
+
+
+@pytest.mark.skipif(CC is None, reason="the compiled core needs a C compiler")
+def test_torch_core_without_a_cache_touches_no_cache_directory(tmp_path):
+    """--no-cache (no active cache): the core is built privately; no cache directory (PDSL_CACHE_DIR, the older
+    PDSL_CACHE, ~/.cache/pdsl, $XDG_CACHE_HOME/pdsl) is opened, listed, created or dlopen-ed from."""
+    pytest.importorskip("torch")
+    src = tmp_path / "p.phm"
+    src.write_text(PENDULUM)
+    d, old, home, xdg = tmp_path / "c", tmp_path / "old", tmp_path / "home", tmp_path / "xdg"
+    home.mkdir()
+    watched = [d, old, home / ".cache" / "pdsl", xdg / "pdsl"]
+    hook = ("import sys\n"
+            f"watched = {[str(p) for p in watched]!r}\n"
+            "def audit(event, args):\n"
+            "    text = ' '.join(map(str, args))\n"
+            "    if any(w in text for w in watched):\n"
+            "        print('TOUCHED', event, text, file=sys.stderr)\n"
+            "sys.addaudithook(audit)\n")
+    env = _env(d, PDSL_CACHE=str(old), HOME=str(home), XDG_CACHE_HOME=str(xdg))
+    r = subprocess.run([sys.executable, "-c", hook + TORCH_CORE, str(src), "-"], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "c -1"
+    assert "TOUCHED" not in r.stderr, r.stderr
+    assert not any(p.exists() for p in watched)
+
+
+def test_pdsl_cache_is_the_older_name_of_pdsl_cache_dir(monkeypatch, tmp_path):
+    monkeypatch.delenv("PDSL_CACHE_DIR", raising=False)
+    monkeypatch.setenv("PDSL_CACHE", str(tmp_path / "old"))
+    assert C.cache_dir() == tmp_path / "old"
+    monkeypatch.setenv("PDSL_CACHE_DIR", str(tmp_path / "new"))
+    assert C.cache_dir() == tmp_path / "new"
+
+
+# ------------------------------------------------------------------ temporaries next to outputs
+SLOW_WRITER = ("import sys, time\n"
+               "import pdsl.data.csvio as m\n"
+               "rows = m.write_rows\n"
+               "def stop_before_the_rename(fh, *args, **kw):\n"
+               "    rows(fh, *args, **kw)\n"
+               "    fh.flush()\n"
+               "    print(fh.name, flush=True)\n"
+               "    time.sleep(600)\n"
+               "m.write_rows = stop_before_the_rename\n"
+               "from pdsl.cli.main import main\n"
+               "sys.exit(main(sys.argv[1:]))\n")
+
+
+def _line(proc: subprocess.Popen, cap_s: float = 240.0) -> str:
+    """The first line ``proc`` prints (waiting up to ``cap_s``)."""
+    import select
+
+    ready, _, _ = select.select([proc.stdout], [], [], cap_s)
+    assert ready, f"no output within {cap_s} s"
+    line = proc.stdout.readline().strip()
+    assert line, proc.stderr.read() if proc.poll() is not None else "empty line"
+    return line
+
+
+def test_output_temporary_of_a_killed_simulate_is_swept_by_the_next_write(tmp_path):
+    """``pdsl simulate -o big.csv`` killed with SIGKILL between writing its temporary and renaming it leaves
+    ``.big.csv.tmp-<pid>-<hex>/big.csv`` (megabytes); the next ``simulate -o`` into the same directory removes it,
+    and keeps the temporary of a writer that still runs."""
+    src = tmp_path / "p.phm"
+    src.write_text(PENDULUM)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = _env(tmp_path / "c")
+    args = ["simulate", str(src), "--t-end", "2000", "--dt", "0.01", "--no-cache", "-o"]
+    killed = subprocess.Popen([sys.executable, "-c", SLOW_WRITER, *args, str(out / "big.csv")], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env)
+    live = subprocess.Popen([sys.executable, "-c", SLOW_WRITER, *args, str(out / "live.csv")], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        written = Path(_line(killed))
+        os.kill(killed.pid, signal.SIGKILL)
+        killed.wait(timeout=60)
+        left = written.parent
+        assert left.parent == out and left.name.startswith(f".big.csv.tmp-{killed.pid}-") and written.name == "big.csv"
+        assert written.stat().st_size > 3_000_000  # 200,001 rows
+        writing = Path(_line(live)).parent
+        assert writing.name.startswith(".live.csv.tmp-")
+        legacy = out / ".next.csv.k3j_9x0a.csv"  # an older pdsl's mkstemp temporary of the same output
+        legacy.write_text("t,q\n")
+        unrelated = out / ".next.csv.keep"  # not a temporary's name: never touched
+        unrelated.write_text("mine")
+        for p in (writing, legacy, unrelated):  # `left` stays young: its writer's pid is gone, it goes at once
+            _old(p)
+        young = out / f".next.csv.tmp-{os.getpid()}-{'a' * 16}.csv"  # unlocked, its pid alive: too young to judge
+        young.write_text("x")
+        old_unlocked = out / f".next.csv.tmp-{os.getpid()}-{'b' * 16}.csv"  # unlocked a minute after: abandoned
+        old_unlocked.write_text("x")
+        _old(old_unlocked)
+        r = _pdsl(["simulate", str(src), "--t-end", "1", "--dt", "0.1", "--no-cache", "-o", str(out / "next.csv")], env)
+        assert r.returncode == 0, r.stderr
+        assert not left.exists() and not legacy.exists() and not old_unlocked.exists()
+        assert writing.exists() and unrelated.exists() and young.exists()
+        assert (out / "next.csv").exists() and not (out / "big.csv").exists() and live.poll() is None
+    finally:
+        for p in (killed, live):
+            if p.poll() is None:
+                p.kill()
+            p.wait(timeout=60)
+
+
+def test_atomic_path_temporary_is_locked_and_has_plain_permissions(tmp_path):
+    from pdsl.data.csvio import atomic_path
+
+    target = tmp_path / "o.csv"
+    umask = os.umask(0o022)
+    try:
+        with atomic_path(target) as tmp:
+            assert tmp.parent.parent == tmp_path and tmp.parent.name.startswith(".o.csv.tmp-") and tmp.name == "o.csv"
+            assert stat.S_IMODE(tmp.stat().st_mode) == 0o644  # as open() would make it
+            _old(tmp.parent)
+            assert C.sweep_output_temporaries(tmp_path, target) == 0 and tmp.exists()  # its writer lives: kept
+            tmp.write_text("a\n")
+    finally:
+        os.umask(umask)
+    assert target.read_text() == "a\n" and sorted(p.name for p in tmp_path.iterdir()) == ["o.csv"]
+    with pytest.raises(ZeroDivisionError):
+        with atomic_path(target) as tmp:
+            tmp.write_text("b\n")
+            1 / 0
+    assert target.read_text() == "a\n" and sorted(p.name for p in tmp_path.iterdir()) == ["o.csv"]
+    long = tmp_path / ("x" * 250 + ".csv")  # the temporary's name still fits in NAME_MAX
+    with atomic_path(long) as tmp:
+        tmp.write_text("c\n")
+    assert long.read_text() == "c\n"
+
+
+def test_compile_output_temporaries_are_swept_live_ones_kept(tmp_path):
+    """``pdsl compile -o DIR`` builds in ``.DIR.tmp-<pid>-<hex>`` (locked): one a killed compile left is removed by the
+    next write into the parent directory, a live one is kept."""
+    from pdsl.cli.main import main
+
+    out = tmp_path / "m"
+    dead = tmp_path / f".m.tmp-{_dead_pid()}-{'c' * 16}"  # what kill -9 during a compile leaves
+    (dead / "sub").mkdir(parents=True)
+    (dead / "sub" / "model.c").write_text("int x;")
+    _old(dead)
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pdsl.cache import temporary_dir, "
+                               "output_temp_prefix\nwith temporary_dir(sys.argv[1], output_temp_prefix(sys.argv[2])) as d:\n"
+                               "    print(d, flush=True); time.sleep(600)", str(tmp_path), str(tmp_path / "other")],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp_path / "c"))
+    try:
+        live = Path(_line(holder))
+        _old(live)
+        assert main(["compile", str(MODELS / "double_pendulum.phm"), "--target", "python", "-o", str(out),
+                     "--no-cache"]) == 0
+        assert not dead.exists() and live.is_dir()
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["m", live.name])
+    finally:
+        holder.kill()
+        holder.wait(timeout=60)

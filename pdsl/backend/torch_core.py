@@ -18,9 +18,17 @@ CasADi backend (:class:`~pdsl.backend.sympy_to_casadi.Converter`, with each netw
 replaced by symbols for its outputs and input Jacobian), together with their reverse-mode
 derivatives (``jtimes``), code-generated to C with a loop over the batch (a parameter input is
 shared by all samples, and its adjoint is summed over them), compiled once with the system C
-compiler (``$CC`` or ``cc``; cached by content under ``$PDSL_CACHE`` or ``~/.cache/pdsl``) and
-called through ctypes on the torch tensors' memory. A ``torch.autograd.Function`` connects them
-to autograd (first derivatives: what training needs).
+compiler (``$CC`` or ``cc``) and called through ctypes on the torch tensors' memory. A
+``torch.autograd.Function`` connects them to autograd (first derivatives: what training needs).
+
+The library is built and cached exactly as the compiled right-hand sides of :mod:`pdsl.sim.compiled`
+are: compiled in a private, locked work directory, its bytes stored with a MAC in the active
+compiled-model cache (:func:`pdsl.cache.default_cache`, ``rhs-<sha256 of the C, compiler, flags>.so``,
+counted in its size bound) and loaded from there only after they are authenticated, through the
+verified descriptor (:meth:`pdsl.cache.ModelCache.load_library`): a library planted under that name,
+or in a cache directory others can write (refused, one warning), is never loaded. Without a cache
+(``--no-cache``, ``PDSL_NO_CACHE=1``, a library call, a refused directory) it is built privately and
+kept for this process only; nothing in the cache directory is read or written.
 
 No compiler, a network whose inputs depend on another network's outputs, or a failed build:
 :func:`build_core` returns None and the backend keeps the plain torch tape.
@@ -33,8 +41,6 @@ import hashlib
 import os
 import shutil
 import subprocess
-import tempfile
-from pathlib import Path
 
 import casadi as ca
 import torch
@@ -43,7 +49,7 @@ from .. import symbols as S
 from ..lower.ir import SymbolicSystem
 from .sympy_to_casadi import Converter
 
-__all__ = ["build_core", "CompiledCore", "compiler"]
+__all__ = ["build_core", "CompiledCore", "compiler", "library_key"]
 
 DTYPE = torch.float64
 
@@ -53,11 +59,35 @@ def compiler() -> str | None:
     return cc if cc and shutil.which(cc) else None
 
 
-def _cache_dir() -> Path:
-    base = os.environ.get("PDSL_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "pdsl")
-    d = Path(base) / "torch_core"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+FLAGS = ("-O2", "-shared", "-fPIC")
+_LIBS: dict[str, ctypes.CDLL] = {}  # libraries loaded in this process, by key
+
+
+def library_key(source: str, cc: str) -> str:
+    """The library's key: its cache entry is ``rhs-<key>.so`` (:mod:`pdsl.sim.compiled`'s names and rules)."""
+    h = hashlib.sha256()
+    for part in ("pdsl torch core", source, str(cc), " ".join(FLAGS)):
+        h.update(part.encode("utf-8", "surrogatepass"))
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
+def _library(source: str) -> ctypes.CDLL:
+    """The compiled ``source``: loaded in this process, else from the active cache once authenticated, else
+    built now (and stored there when there is a usable cache)."""
+    from ..cache import default_cache
+    from ..sim import compiled
+
+    cc = compiler()
+    if cc is None:
+        raise OSError("no C compiler")
+    key = library_key(source, cc)
+    cache = default_cache()
+    lib = compiled._loaded(key, cache, load=ctypes.CDLL, loaded=_LIBS)
+    if lib is None:
+        lib = compiled._build(source, key, cc, cache, FLAGS, load=ctypes.CDLL)
+    _LIBS[key] = lib
+    return lib
 
 
 # ---------------------------------------------------------------- network calls as symbols
@@ -177,19 +207,7 @@ def _compile(funs: list[_CFun], tag: str) -> ctypes.CDLL:
     for cf in funs:
         cg.add(cf.f)
     source = "#include <stdlib.h>\n" + cg.dump() + "".join(cf.driver() for cf in funs)
-    digest = hashlib.sha256(source.encode()).hexdigest()[:24]
-    cache = _cache_dir()
-    lib_path = cache / f"pdsl_core_{digest}.so"
-    if not lib_path.exists():
-        cc = compiler()
-        with tempfile.TemporaryDirectory(dir=cache) as tmp:
-            c_path = Path(tmp) / f"core_{digest}.c"
-            c_path.write_text(source)
-            out = Path(tmp) / lib_path.name
-            subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(out), str(c_path), "-lm"], check=True,
-                           capture_output=True, timeout=600)
-            os.replace(out, lib_path)  # atomic: concurrent builds of the same source agree
-    lib = ctypes.CDLL(str(lib_path))
+    lib = _library(source)
     for cf in funs:
         cf.bind(lib)
     return lib
@@ -300,6 +318,6 @@ def build_core(system: SymbolicSystem, nets: dict, laws: dict) -> CompiledCore |
     funs["out_rev"] = _CFun(ca.Function(f"pdsl_out_rev_{tag}", [t, x, p, u, Y, J, s_out], parts), {2}, {1})
     try:
         _compile(list(funs.values()), tag)
-    except (OSError, subprocess.SubprocessError):
+    except (OSError, subprocess.SubprocessError, RuntimeError):  # a failed build: the tape instead
         return None
     return CompiledCore(registry, funs, len(system.params), len(system.states))

@@ -13,7 +13,6 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 import casadi as ca
@@ -88,15 +87,16 @@ def compile_to(num: NumericSystem, target: str, out_dir: str | Path, *, cc: str 
         raise PdslError.at("BadOption", f"-o {out}: exists and is not a directory")
     num = _consistent_start(num)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    from ..cache import output_temp_prefix, sweep_output_temporaries, temporary_dir
+
+    # .<name>.tmp-<pid>-<hex>, locked while this run writes it (removed on failure): one a killed run left (kill -9
+    # skips every cleanup) is removed by the next write into this directory, a live writer's is kept
+    sweep_output_temporaries(out.parent)
+    with temporary_dir(out.parent, output_temp_prefix(out)) as tmp:
         {"casadi": _casadi, "c": _c, "python": _python}[target](num, tmp, cc)
         if out.exists():
             shutil.rmtree(out)
         os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return sorted(p for p in out.rglob("*") if p.is_file())
 
 

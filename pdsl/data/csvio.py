@@ -6,7 +6,6 @@ import csv
 import math
 import os
 import re
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -258,24 +257,24 @@ def cell_span(path: str, line: int, column: int) -> Span:
 
 @contextmanager
 def atomic_path(path: str | Path):
-    """Yield a temporary path next to ``path``; it replaces ``path`` only on success."""
+    """Yield a temporary path next to ``path``; it replaces ``path`` only on success.
+
+    The temporary is ``.<name>.tmp-<pid>-<random>/<name>``: a file of the output's own name (writers that choose
+    a format by the suffix see it), created empty with the permissions a plain ``open()`` gives, in a private
+    directory made by :func:`pdsl.cache.temporary_dir` and locked (the directory, not the file: HDF5 locks the
+    file it writes) until the file is renamed into place. A writer killed with ``kill -9`` leaves the directory
+    behind: the next write into the same directory removes it (:func:`pdsl.cache.sweep_output_temporaries`; a
+    live writer's is kept)."""
+    from .. import cache as C
+
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=target.suffix, dir=target.parent)
-    os.close(fd)
-    try:
-        # mkstemp creates the file 0600; give it the permissions a plain open() would have
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        yield Path(tmp)
+    C.sweep_output_temporaries(target.parent, target)
+    with C.temporary_dir(target.parent, C.output_temp_prefix(target)) as work:
+        tmp = work / target.name
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # the umask applies, as to open()
+        yield tmp
         os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 def write_table(path: str | Path, columns, data: np.ndarray) -> None:
