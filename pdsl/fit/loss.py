@@ -64,6 +64,9 @@ class LossSpec:
     # torch backend, training only: dropout after every hidden layer — one rate for every network, or
     # (network name, rate) pairs (the networks' own mlp(dropout = …)); 0 / (): none
     dropout: float | tuple = 0.0
+    # inputs known as expressions of t (--input NAME=EXPR): (input index, CasADi Function (t, x, p) -> u), evaluated
+    # at every integration stage's time instead of interpolated linearly between the samples (CasADi backend)
+    exact_inputs: tuple = ()
 
 
 # ---------------------------------------------------------------- model pieces
@@ -132,20 +135,21 @@ def observation_function(num: NumericSystem, observed: tuple[str, ...]) -> ca.Fu
     return ca.Function("observe", [t, x, p, u], [ca.vertcat(*rows)])
 
 
-def make_interval(num: NumericSystem, method: str, dt: float, substeps: int = 1, **step_options) -> ca.Function:
-    """``interval(x, p, u0, u1, tk) -> x(tk + dt)``: ``substeps`` steps, u linear from u0 to u1."""
-    return _interval(num, method, substeps, dt, **step_options)
+def make_interval(num: NumericSystem, method: str, dt: float, substeps: int = 1, exact_inputs=(), **step_options) -> ca.Function:
+    """``interval(x, p, u0, u1, tk) -> x(tk + dt)``: ``substeps`` steps, u linear from u0 to u1 (the
+    ``exact_inputs``, functions of t, evaluated at each stage's time instead)."""
+    return _interval(num, method, substeps, dt, exact_inputs, **step_options)
 
 
-def make_variable_interval(num: NumericSystem, method: str, substeps: int = 1, **step_options) -> ca.Function:
+def make_variable_interval(num: NumericSystem, method: str, substeps: int = 1, exact_inputs=(), **step_options) -> ca.Function:
     """``interval(x, p, u0, u1, tk, h) -> x(tk + h)`` for intervals of any length h (irregular samples).
 
     Time is rescaled to τ ∈ [0, 1] (dx/dτ = h·f(tk + τh, x, p, u0 + τ(u1 − u0))), so the same
     fixed-step schemes take ``substeps`` steps of 1/substeps in τ, whatever h is."""
-    return _interval(num, method, substeps, None, **step_options)
+    return _interval(num, method, substeps, None, exact_inputs, **step_options)
 
 
-def _interval(num: NumericSystem, method: str, substeps: int, dt: float | None, **step_options) -> ca.Function:
+def _interval(num: NumericSystem, method: str, substeps: int, dt: float | None, exact_inputs=(), **step_options) -> ca.Function:
     """The interval map of a fixed ``dt``, or (``dt`` None) of a length ``h`` given as its last argument."""
     if num.rhs is None:
         raise PdslError.at("NotYetSupported", f"{num.system.name} is a DAE; fitting needs an ODE model", num.system.span)
@@ -158,9 +162,18 @@ def _interval(num: NumericSystem, method: str, substeps: int, dt: float | None, 
     p, u0, u1, tk = q[:n_p], q[n_p : n_p + nu], q[n_p + nu : n_p + 2 * nu], q[n_p + 2 * nu]
     if variable:
         hk = q[n_p + 2 * nu + 1]
-        rhs, h = hk * num.rhs(tk + tau * hk, x, p, u0 + tau * (u1 - u0)), 1.0 / substeps
+        t_abs, u = tk + tau * hk, u0 + tau * (u1 - u0)
     else:
-        rhs, h = num.rhs(tk + tau, x, p, u0 + tau / dt * (u1 - u0)), dt / substeps
+        t_abs, u = tk + tau, u0 + tau / dt * (u1 - u0)
+    if exact_inputs:  # known functions of t: their value at the stage time, not the interpolation
+        rows = [u[i] for i in range(nu)]
+        for i, fn in exact_inputs:
+            rows[i] = fn(t_abs, x, p)
+        u = ca.vertcat(*rows)
+    if variable:
+        rhs, h = hk * num.rhs(t_abs, x, p, u), 1.0 / substeps
+    else:
+        rhs, h = num.rhs(t_abs, x, p, u), dt / substeps
     f = ca.Function("f_interval", [tau, x, q], [rhs])
     step = make_step(f, method, h, **step_options)
     sym = ca.SX.sym if step.is_a("SXFunction") else ca.MX.sym
@@ -224,9 +237,9 @@ class ChunkLoss:
         self.obs = observation_function(num, observed)
         options = casadi_step_options(spec)
         if spec.variable_step:
-            self.interval = make_variable_interval(num, spec.method, spec.substeps, **options)
+            self.interval = make_variable_interval(num, spec.method, spec.substeps, spec.exact_inputs, **options)
         else:
-            self.interval = make_interval(num, spec.method, spec.dt, spec.substeps, **options)
+            self.interval = make_interval(num, spec.method, spec.dt, spec.substeps, spec.exact_inputs, **options)
         w = np.ones(len(observed)) if spec.weights is None else np.asarray(spec.weights, dtype=float)
         self.weights = ca.DM(w)
         self._cache: dict = {}
