@@ -109,8 +109,14 @@ def staged_or_multiple(run, state: ck.State, opts, on_epoch: Callable, log: Call
             reason = failure(run, staged[0])
             if reason is None:
                 return staged
-        ms_state = ck.State(theta=run.layout.theta_from_p(run.p_start), epoch=state.epoch,
-                            history=copy.deepcopy(state.history), extra={"fallback": reason, "fallback_start_epoch": state.epoch})
+        history, epoch = copy.deepcopy(state.history), state.epoch
+        while history["train"] and not np.isfinite(history["train"][-1]):  # the epoch that failed (NonFiniteLoss)
+            for v in history.values():
+                if v:
+                    v.pop()
+            epoch -= 1
+        ms_state = ck.State(theta=run.layout.theta_from_p(run.p_start), epoch=epoch, history=history,
+                            extra={"fallback": reason, "fallback_start_epoch": epoch})
     else:
         ms_state = state  # resumed inside the fallback
     from .backends import make_loss

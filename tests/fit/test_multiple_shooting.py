@@ -132,3 +132,21 @@ def test_default_fit_falls_back_on_multiple_shooting(tmp_path, fhn_v, capsys, no
     assert p["settings"]["shooting"] == "multiple" and p["settings"]["method"] == "ipopt"
     _within(p)
     assert p["solver_status"] == "Solve_Succeeded" and p["continuity"] < 1e-10
+
+
+def test_fallback_when_the_staged_fit_blows_up(tmp_path, fhn_v, capsys, monkeypatch):
+    """A staged fit that raises NonFiniteLoss (here simulated) is replaced by multiple shooting, not an error."""
+    import pdsl.fit.run as run_mod
+    from pdsl.diagnostics import PdslError
+
+    def blows_up(run, state, opts, on_epoch, log):
+        raise PdslError.at("NonFiniteLoss", "the training loss became nan in epoch 3")
+
+    monkeypatch.setattr(run_mod, "_staged_fit", blows_up)
+    data, _ = fhn_v
+    p = _fit(data, tmp_path / "fb", (0.3, 0.3, 2.0))
+    assert "fallback: multiple shooting" in capsys.readouterr().out
+    assert p["notes"][0].startswith("multiple shooting (fallback: the staged single-shooting fit failed: the training "
+                                    "loss became nan")
+    _within(p)
+    assert p["converged"] and p["settings"]["shooting"] == "multiple"
