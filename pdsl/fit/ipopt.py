@@ -8,14 +8,20 @@ as constants), so IPOPT gets exact gradients and, by default, the exact Hessian 
 
 Multiple shooting (``--shooting multiple``, Bock's method for long series): each training
 trajectory is cut into consecutive segments of ``chunk`` steps; the state at every segment start
-(a *shooting node*) is a decision variable, started from the data sample there, and IPOPT
-enforces continuity — the end of segment j rolled out by the model equals node j + 1 — as
+(a *shooting node*) is a decision variable — every state, measured or not: started from the data
+sample where measured, else from :func:`pdsl.fit.latent.start_guesses`, refined segment by segment
+at the start values (:func:`_start_nodes`) — and IPOPT enforces continuity — the end of segment j rolled out by the model equals node j + 1 — as
 equality constraints, together with the model's invariants (holonomic constraints and their
 derivatives) at the first node of every trajectory of a constrained model (at later nodes they
 follow from continuity; imposing them there too would over-determine the problem, since a
 fixed-step rollout conserves them only to its truncation error). The objective is the mean squared error of
-the observed columns at every sample of the trajectory (the first sample's columns compared with
-the first node's observation). Unlike chunking, the fit sees the whole trajectory as one
+the observed columns at every sample of the trajectory, each compared once: a segment compares its
+first sample through its node's observation (a noisy sample is never taken as the state), and the
+last segment of a trajectory, shorter when the steps do not divide, is padded with zero-weight
+samples (:class:`Segments`: no sample dropped). At the solution, the standard errors come from the
+Gauss–Newton information with the node states profiled out through the null space of the
+constraints (:func:`_profiled_information`), as the default fit's come with its starts profiled
+out; the objective is then that fit's too (one start per trajectory). Unlike chunking, the fit sees the whole trajectory as one
 continuous solution at convergence, while each rollout stays as short as a chunk (no blow-up of
 a long rollout from a wrong parameter guess).
 
