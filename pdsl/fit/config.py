@@ -313,12 +313,12 @@ def resolve_defaults(cfg: FitPlan, has_networks: bool) -> FitPlan:
     if cfg.method == "gauss-newton" and cfg.loss not in ("mse", "huber", "soft-l1"):
         raise PdslError.at("BadOption", f"gauss-newton minimises a sum of squares (mse, or robust: huber, soft-l1), "
                            f"not {cfg.loss}", hint="use --loss mse|huber|soft-l1, or --method adamw")
-    if cfg.method == "ipopt" and cfg.loss != "mse":
-        raise PdslError.at("BadOption", f"ipopt minimises the mse loss, not {cfg.loss}",
-                           hint="use --loss mse; the robust losses huber and soft-l1 go with --method gauss-newton")
+    if cfg.method == "ipopt" and cfg.loss not in ("mse", "huber", "soft-l1"):
+        raise PdslError.at("BadOption", f"ipopt minimises a sum of squares (mse, or robust: huber, soft-l1), not {cfg.loss}",
+                           hint="use --loss mse|huber|soft-l1, or --method adamw for l1")
     if cfg.method == "adamw" and cfg.loss not in ("mse", "l1"):
         raise PdslError.at("BadOption", f"adamw trains on the l1 or mse loss, not {cfg.loss}",
-                           hint="use --loss l1|mse; the robust losses huber and soft-l1 go with --method gauss-newton")
+                           hint="use --loss l1|mse; the robust losses huber and soft-l1 go with gauss-newton and ipopt")
     if cfg.method == "adamw":
         _require_torch()
     return replace(cfg, epochs=cfg.epochs if cfg.epochs is not None else {"gauss-newton": 50, "ipopt": 200}.get(cfg.method, 2000),

@@ -87,14 +87,28 @@ class _IterationCallback(ca.Callback):
         return [1 if stop else 0]
 
 
-def _solve(w, r, scale: float, g, w0, state: State, opts: TrainOptions, hessian: str, on_iterate, label: str) -> dict:
+def _solve(w, r, scale: float, g, w0, state: State, opts: TrainOptions, hessian: str, on_iterate, label: str,
+           robust=None) -> dict:
     """IPOPT on min scale·|r(w)|² s.t. g(w) = 0 from ``w0``, one epoch per iteration through ``on_iterate``.
 
     ``hessian``: ``gauss-newton`` passes 2·scale·JᵀJ (J = dr/dw, sparse) as the Hessian of the
     Lagrangian — positive semidefinite, no second derivatives, and it drops the constraints'
     curvature, as Bock's generalised Gauss–Newton for multiple shooting does; ``exact`` lets CasADi
-    form the exact Hessian; ``limited-memory`` is IPOPT's L-BFGS."""
-    f = scale * ca.sumsqr(r)
+    form the exact Hessian; ``limited-memory`` is IPOPT's L-BFGS.
+
+    ``robust`` = (a :class:`pdsl.fit.robust.RobustLoss`, whether the residuals are in noise units): the objective is
+    scale·Σ c²ρ((r/c)²) with c from the stated noise or from the residuals at the start (1.4826·MAD), and the
+    Gauss–Newton Hessian 2·scale·Jᵀ diag(ρ'((r/c)²)) J."""
+    weight = None
+    if robust is not None:
+        rl, known = robust
+        r0 = np.asarray(ca.Function("r0", [w], [r])(w0)).ravel()
+        c = rl.scale(r0, 1.0 if known else None)
+        s_r = (r / c) ** 2
+        f = scale * c**2 * ca.sum1(rl.rho_casadi(s_r))
+        weight = rl.rho_prime_casadi(s_r)
+    else:
+        f = scale * ca.sumsqr(r)
     last = opts.epochs if opts.stop_after is None else min(opts.epochs, opts.stop_after)
     budget = last - state.epoch
     if budget <= 0 or state.extra.get("converged"):
@@ -126,8 +140,9 @@ def _solve(w, r, scale: float, g, w0, state: State, opts: TrainOptions, hessian:
     if hessian == "gauss-newton":
         J = ca.jacobian(r, w)
         lam_f, lam_g = ca.MX.sym("lam_f"), ca.MX.sym("lam_g", g.numel())
+        JtJ = ca.mtimes(J.T, J) if weight is None else ca.mtimes(J.T, J * ca.repmat(weight, 1, J.size2()))
         options["hess_lag"] = ca.Function("nlp_hess_l", [w, ca.MX.sym("p", 0, 1), lam_f, lam_g],
-                                          [ca.triu(lam_f * (2 * scale) * ca.mtimes(J.T, J))],
+                                          [ca.triu(lam_f * (2 * scale) * JtJ)],
                                           ["x", "p", "lam_f", "lam_g"], ["hess_gamma_x_x"])
     solver = ca.nlpsol("pdsl_fit", "ipopt", {"x": w, "f": f, "g": g}, options)
     from .. import quiet
@@ -162,7 +177,7 @@ def _finish(state: State, opts: TrainOptions, status: str, label: str, log) -> b
 
 # ---------------------------------------------------------------- single shooting
 def ipopt(loss: ChunkLoss, train, val, state: State, opts: TrainOptions, on_epoch: Callback | None = None,
-          hessian: str | None = None, log=print) -> Result:
+          hessian: str | None = None, log=print, robust=None) -> Result:
     """IPOPT on the mean squared chunk loss over all training chunks (module docstring)."""
     if not isinstance(loss, ChunkLoss):
         raise PdslError.at("BadOption", "--method ipopt needs the CasADi backend", hint="use --backend casadi (or auto)")
@@ -184,7 +199,7 @@ def ipopt(loss: ChunkLoss, train, val, state: State, opts: TrainOptions, on_epoc
             on_epoch(state)
 
     out = _solve(theta, r, loss.entry_scale(len(train)), ca.MX(0, 1), np.asarray(state.theta, dtype=float), state, opts,
-                 _hessian(hessian), on_iterate, "ipopt")
+                 _hessian(hessian), on_iterate, "ipopt", robust=robust)
     state.theta = out["w"][: loss.layout.n_theta]
     finished = _finish(state, opts, out["status"], "single shooting", log)
     return Result(state=state, finished=finished, stderr=_standard_errors(loss, train, state.theta, opts.batch))
@@ -380,7 +395,8 @@ def _profiled_information(loss: ChunkLoss, fns: dict, segments: Segments, theta:
 
 
 def multiple_shooting(loss: ChunkLoss, segments: Segments, val, state: State, opts: TrainOptions,
-                      on_epoch: Callback | None = None, hessian: str | None = None, log=print, refine: bool = True) -> Result:
+                      on_epoch: Callback | None = None, hessian: str | None = None, log=print, refine: bool = True,
+                      robust=None) -> Result:
     """IPOPT on θ and the node states with continuity (and invariant) constraints (module docstring); standard
     errors and the information with the node states profiled out (:func:`_profiled_information`)."""
     if not isinstance(loss, ChunkLoss):
@@ -424,7 +440,7 @@ def multiple_shooting(loss: ChunkLoss, segments: Segments, val, state: State, op
             on_epoch(state)
 
     out = _solve(w, r, 1.0 / max(ch.compared, 1), g, w0, state, opts, _hessian(hessian), on_iterate,
-                 "ipopt (multiple shooting)")
+                 "ipopt (multiple shooting)", robust=robust)
     state.theta, state.arrays["nodes"] = unpack(out["w"])
     cont = ca.Function("continuity", [w], [g])(out["w"]) if g.numel() else ca.DM(0, 1)
     state.extra["constraint_violation"] = float(np.max(np.abs(np.asarray(cont)))) if g.numel() else 0.0

@@ -26,14 +26,25 @@ class RobustLoss:
     def rho_prime(self, s: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def factors(self, r: np.ndarray, sigma: float | None) -> np.ndarray:
-        """√ρ'(z²) for every residual (the IRLS multipliers), z = r / (tuning·σ); σ None: estimated robustly."""
+    def rho_casadi(self, s):  # pragma: no cover - abstract
+        """ρ(s) on CasADi expressions (IPOPT's objective Σ c²ρ((r/c)²))."""
+        raise NotImplementedError
+
+    def rho_prime_casadi(self, s):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def scale(self, r: np.ndarray, sigma: float | None) -> float:
+        """The threshold c = tuning·σ (σ None: 1.4826 × the median absolute residual)."""
         r = np.asarray(r, dtype=float)
         if sigma is None:
             nz = np.abs(r[r != 0])
             sigma = 1.4826 * float(np.median(nz)) if nz.size else 1.0
-        c = max(self.tuning * sigma, 1e-300)
-        return np.sqrt(self.rho_prime((r / c) ** 2))
+        return max(self.tuning * sigma, 1e-300)
+
+    def factors(self, r: np.ndarray, sigma: float | None) -> np.ndarray:
+        """√ρ'(z²) for every residual (the IRLS multipliers), z = r / (tuning·σ); σ None: estimated robustly."""
+        r = np.asarray(r, dtype=float)
+        return np.sqrt(self.rho_prime((r / self.scale(r, sigma)) ** 2))
 
 
 @dataclass(frozen=True)
@@ -44,6 +55,16 @@ class Huber(RobustLoss):
     def rho_prime(self, s):
         return np.where(s <= 1.0, 1.0, 1.0 / np.sqrt(np.maximum(s, 1.0)))
 
+    def rho_casadi(self, s):
+        import casadi as ca
+
+        return ca.if_else(s <= 1.0, s, 2 * ca.sqrt(ca.fmax(s, 1.0)) - 1)
+
+    def rho_prime_casadi(self, s):
+        import casadi as ca
+
+        return ca.if_else(s <= 1.0, 1.0, 1.0 / ca.sqrt(ca.fmax(s, 1.0)))
+
 
 @dataclass(frozen=True)
 class SoftL1(RobustLoss):
@@ -52,6 +73,16 @@ class SoftL1(RobustLoss):
 
     def rho_prime(self, s):
         return 1.0 / np.sqrt(1.0 + s)
+
+    def rho_casadi(self, s):
+        import casadi as ca
+
+        return 2 * (ca.sqrt(1 + s) - 1)
+
+    def rho_prime_casadi(self, s):
+        import casadi as ca
+
+        return 1.0 / ca.sqrt(1 + s)
 
 
 ROBUST = {"huber": Huber(), "soft-l1": SoftL1()}

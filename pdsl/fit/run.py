@@ -154,7 +154,7 @@ def prepare(model_path, model_name: str | None, cfg: FitConfig, consts: Mapping[
     if cfg.profile and (cfg.start != "estimate" or cfg.method != "gauss-newton" or cfg.shooting != "single"):
         raise PdslError.at("BadOption", "--profile refits the Gauss–Newton fit with estimated starts (the default for "
                            "physical parameters)", hint="drop --method / --start data / --shooting multiple")
-    if cfg.loss in ("huber", "soft-l1") and cfg.start != "estimate":
+    if cfg.loss in ("huber", "soft-l1") and cfg.method == "gauss-newton" and cfg.start != "estimate":
         raise PdslError.at("BadOption", f"--loss {cfg.loss} reweights the residuals of the fits with estimated starts "
                            "(the default for physical parameters); this fit starts its chunks from data samples",
                            hint="drop --start data, or use --loss mse")
@@ -504,7 +504,8 @@ def run_fit(model_path, model_name: str | None, cfg: FitConfig, out_dir: str | P
         run._final_chunks = train_chunks
     elif segments is not None:  # node states estimated (unmeasured ones too), every sample compared once
         run._final_chunks = segments.chunks
-        result = multiple_shooting(run.loss, segments, val_chunks, state, opts, on_epoch, hessian=c.hessian, log=log)
+        result = multiple_shooting(run.loss, segments, val_chunks, state, opts, on_epoch, hessian=c.hessian, log=log,
+                                   robust=_robust(run))
     elif c.start == "estimate":
         run._final_chunks = train_chunks
         from .latent import latent_gauss_newton
@@ -512,7 +513,8 @@ def run_fit(model_path, model_name: str | None, cfg: FitConfig, out_dir: str | P
         result = latent_gauss_newton(run.loss, run.train, train_chunks, val_chunks, state, opts, on_epoch=on_epoch,
                                      robust=_robust(run))
     elif c.method == "ipopt":
-        result = ipopt(run.loss, train_chunks, val_chunks, state, opts, on_epoch, hessian=c.hessian, log=log)
+        result = ipopt(run.loss, train_chunks, val_chunks, state, opts, on_epoch, hessian=c.hessian, log=log,
+                       robust=_robust(run))
     else:
         optimise = gauss_newton if c.method == "gauss-newton" else adamw
         result = optimise(run.loss, train_chunks, val_chunks, state, opts, on_epoch=on_epoch)
@@ -650,8 +652,9 @@ def outliers(run: FitRun, result: Result, summary: dict) -> list[str]:
     how = "" if mf["noise_known"] else " (σ estimated from the residuals: give --noise to judge against the real noise)"
     return [f"warning: {n_far} sample{'s' if n_far != 1 else ''} deviate{'s' if n_far == 1 else ''} from the fit by more "
             f"than {_OUTLIER_SIGMAS:g}σ{how} — outliers, or model error there: {where}"
-            + (", …" if n_far > len(far) else "") + " — they pull the estimates: check or remove them, or fit with "
-            "--loss huber"]
+            + (", …" if n_far > len(far) else "")
+            + (f" — the {run.cfg.loss} loss limits their pull" if run.cfg.loss in ("huber", "soft-l1")
+               else " — they pull the estimates: check or remove them, or fit with --loss huber")]
 
 
 def _robust(run: FitRun):

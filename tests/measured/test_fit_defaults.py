@@ -229,3 +229,21 @@ def test_profile_is_open_where_the_data_do_not_bound_and_names_are_checked(tmp_p
     assert "open on the lower and upper side" in capsys.readouterr().out
     assert cli("fit", model, "--data", data, "--free", "k", "--profile", "kk", "-o", tmp_path / "g") == 2
     assert "--profile kk: `kk` is not a free parameter" in capsys.readouterr().err
+
+
+def test_huber_loss_with_ipopt_multiple_shooting(measured, tmp_path, capsys):
+    _, sigma, data, header = measured
+    rng = np.random.default_rng(7)
+    bad = np.array(data)
+    rows = rng.choice(len(bad), size=int(0.02 * len(bad)), replace=False)
+    bad[rows, 3] += 10 * sigma["theta"] * rng.choice([-1, 1], size=len(rows))
+    path = write_csv(tmp_path / "outliers.csv", header, bad)
+    noise = ("--noise", f"x={sigma['x']}", "--noise", f"theta={sigma['theta']}", "--shooting", "multiple")
+    clean = _fit(write_csv(tmp_path / "clean.csv", header, data), tmp_path / "c", *noise)
+    plain = _fit(path, tmp_path / "p", *noise)
+    robust = _fit(path, tmp_path / "h", *noise, "--loss", "huber")
+    assert "the huber loss limits their pull" in capsys.readouterr().out
+    for name in ("k", "c"):
+        moved_plain = abs(plain["values"][name] - clean["values"][name])
+        moved_robust = abs(robust["values"][name] - clean["values"][name])
+        assert moved_robust < 0.5 * moved_plain, (name, moved_plain, moved_robust)
