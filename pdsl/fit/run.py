@@ -128,10 +128,11 @@ def prepare(model_path, model_name: str | None, cfg: FitConfig, consts: Mapping[
     data = load_dataset(cfg.data, num, observe=cfg.observe, min_samples=(cfg.chunk or 1) + 1, columns=cfg.map,
                         inputs=fit_inputs(num, cfg.input), latent=cfg.start != "data", noise=cfg.noise)
     cfg = replace(cfg, start=choose_start(cfg, data, layout))
-    if any(isinstance(v, str) for v in (cfg.noise or {}).values()) and (cfg.start != "estimate" or cfg.shooting != "single"):
+    if any(isinstance(v, str) for v in (cfg.noise or {}).values()) and not (
+            (cfg.start == "estimate" and cfg.shooting == "single") or cfg.shooting == "multiple"):
         raise PdslError.at("BadOption", "relative (5%) and per-sample (a column) noise weight each sample; the fits with "
-                           "estimated starts do (the default for physical parameters), this one does not",
-                           hint="drop --start data / --shooting multiple / --method, or give σ as a number")
+                           "estimated starts (the default for physical parameters) and multiple shooting do, this one "
+                           "does not", hint="drop --start data / --method, or give σ as a number")
     stages: tuple[int, ...] = ()
     if cfg.chunk is None and staged(cfg, layout):  # physical parameters: whole trajectories, reached in stages
         stages = stage_lengths([len(tr) for tr in data.trajectories])

@@ -97,7 +97,7 @@ def test_ipopt_resume_continues_from_the_checkpoint(tmp_path, fhn_data):
 
 @pytest.mark.parametrize("extra, needle", [
     (("--shooting", "multiple", "--method", "adamw"), "multiple shooting is solved by ipopt"),
-    (("--method", "ipopt", "--loss", "l1"), "ipopt minimises the mse loss"),
+    (("--method", "ipopt", "--loss", "l1"), "ipopt minimises a sum of squares"),
     (("--shooting", "triple"), "--shooting: invalid choice: 'triple' (choose from 'single', 'multiple')"),
     (("--method", "ipopt", "--hessian", "bfgs"), "--hessian: invalid choice: 'bfgs'"),
 ])
