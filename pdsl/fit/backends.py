@@ -47,7 +47,7 @@ def choose_backend(cfg, num: NumericSystem, layout: ParamLayout, spec: LossSpec)
             raise PdslError.at("BadOption", f"{what}: the CasADi backend runs in float64 on the CPU, without dropout",
                                hint="use --backend torch (or auto)")
         want = "torch"
-    if any(getattr(cfg, k, None) for k in ("equilibrium", "sparsity", "constraints", "momentum")):
+    if cfg.equilibrium or cfg.sparsity or cfg.constraints or cfg.momentum:
         why = why or "regularisers (equilibrium, sparsity, constraints, momentum) are evaluated by the CasADi backend"
     if cfg.method != "adamw":
         why = why or f"{cfg.method} uses CasADi Jacobians"

@@ -425,8 +425,8 @@ class RegularizedLoss:
 def wrap_loss(loss, cfg, model, num, layout, train):
     """``loss`` itself without regularisers, else a :class:`RegularizedLoss` (settings of ``cfg``)."""
     eq, sp = specs_from_config(cfg.equilibrium, cfg.sparsity)
-    w_con = term_weight(getattr(cfg, "constraints", None), "constraints")
-    w_mom = term_weight(getattr(cfg, "momentum", None), "momentum")
+    w_con = term_weight(cfg.constraints, "constraints")
+    w_mom = term_weight(cfg.momentum, "momentum")
     if eq is None and sp is None and not w_con and not w_mom:
         return loss
     return RegularizedLoss(loss, Regularizer(num, layout, eq, sp, model=model, train=train, w_con=w_con, w_mom=w_mom))

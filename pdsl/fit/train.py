@@ -252,7 +252,9 @@ def adamw(loss: ChunkLoss, train: Chunks, val: Chunks, state: State, opts: Train
     opt = _optimizer(tensors, decays, opts)
     _load_optimizer(opt, state.arrays)
     bar = _bar(opts, state, "adamw")
-    on_torch = getattr(loss, "backend", None) == "torch" and hasattr(loss, "objective") and not hasattr(loss, "reg")
+    from .torch_loss import TorchChunkLoss
+
+    on_torch = isinstance(loss, TorchChunkLoss)  # the torch chunk loss itself (a regularised loss is a RegularizedLoss)
     threads = torch.get_num_threads()
     if on_torch:  # one thread per fit by default: shared cores make torch's own thread pool spin (docs/fit.md)
         torch.set_num_threads(max(1, getattr(loss.spec, "threads", 1)))
