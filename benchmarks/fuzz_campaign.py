@@ -68,6 +68,16 @@ def _signature(tb_text: str) -> str:
     return f"{kind} at {Path(where[0]).name}:{where[1]} ({where[2]})"
 
 
+def _forget_models() -> None:
+    """Drop what pdsl keeps between commands of one process for the same model (integrators, mapped functions):
+    every mutant is a new model, and a kept integrator of a large one (a Cartesian gear's: a 7.5M-instruction
+    Jacobian, ~700 MB) would pile up to the memory cap over a campaign and be counted against an innocent mutant."""
+    from pdsl.sim import simulate as S
+
+    S._INTEGRATORS.clear()
+    S._MAPS.clear()
+
+
 class Campaign:
     def __init__(self, args) -> None:
         self.args = args
@@ -132,6 +142,7 @@ class Campaign:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             code = main(self._command(str(path), formulation))
         said = err.getvalue()
+        _forget_models()
         if code == 0:
             return "ok", ""
         if code == 2:
