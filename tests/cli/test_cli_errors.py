@@ -39,7 +39,7 @@ BAD_MODELS = [
 
 def _pdsl(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "pdsl", *args], cwd=cwd, capture_output=True, text=True, timeout=120, env=_env()
+        [sys.executable, "-m", "pdsl", *args], cwd=cwd, capture_output=True, text=True, timeout=600, env=_env()
     )
 
 

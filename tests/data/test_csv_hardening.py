@@ -76,7 +76,7 @@ def test_a_huge_column_name_is_located_and_quoted_short(tmp_path, capsys):
 def test_the_real_command_on_a_huge_field(tmp_path):
     data = _write(tmp_path / "u.csv", ["t,F", "0,0", f"1,{LONG}"])
     proc = subprocess.run([sys.executable, "-m", "pdsl", *_simulate_input(tmp_path, data)],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert f"{data}:3:3: error[BadCsv]" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -196,5 +196,5 @@ def test_a_model_named_numpy_compiles_to_an_importable_module(tmp_path, capsys):
     assert rc == 0, text
     assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "numpy_model.py"]
     proc = subprocess.run([sys.executable, "-c", "import numpy_model; print(numpy_model.rhs(0, [1, 0], u=[0]))"],
-                          cwd=out, capture_output=True, text=True, timeout=60)
+                          cwd=out, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr

@@ -32,7 +32,7 @@ TRUE = {"m1": 1.3, "m2": 0.7}
 
 
 def test_recovers_both_masses_within_one_percent(tmp_path, spring_model, spring_data, capsys):
-    start = time.perf_counter()
+    start = time.process_time()  # CPU seconds of this process: other load on the machine does not count
     noisy = add_noise(spring_data, tmp_path / "noisy.csv", 0.01, seed=1)
     out = tmp_path / "fit"
     rc = cli("fit", spring_model, "--data", noisy, "--free", "m1,m2", "--stride", "1", "--seed", "0",
@@ -53,5 +53,5 @@ def test_recovers_both_masses_within_one_percent(tmp_path, spring_model, spring_
     err_fit = json.loads(m_fit.read_text())[key]["mean"]
     err_start = json.loads(m_start.read_text())[key]["mean"]
     assert err_fit < 0.01 * err_start
-    assert time.perf_counter() - start < 60
+    assert time.process_time() - start < 60
     print(f"m1 = {params['values']['m1']:.6f}, m2 = {params['values']['m2']:.6f}, Err {err_fit:.2e} vs {err_start:.2e}")

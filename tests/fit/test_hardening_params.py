@@ -95,9 +95,9 @@ def test_bad_params_json_in_compile(tmp_path, osc, capsys, text, code, where, me
 def test_bad_params_json_in_evaluate(tmp_path, osc, capsys, text, code, where, message):
     bad = tmp_path / "bad.json"
     bad.write_text(text)
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU seconds of this process: a loaded machine does not count
     assert cli("evaluate", osc.model, "--data", osc.data, "--params", bad) == 2
-    assert time.perf_counter() - t0 < 20  # NaN once made evaluate hang
+    assert time.process_time() - t0 < 20  # NaN once made evaluate hang
     assert message in _user_error(capsys, code, f"{bad}:{where}: error[{code}]")
 
 

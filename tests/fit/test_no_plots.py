@@ -32,7 +32,7 @@ def test_a_gauss_newton_fit_without_plots_imports_neither_matplotlib_nor_torch(t
             f"assert main(['fit', {str(MODELS / 'coupled_oscillator.phm')!r}, '--data', {str(data)!r}, '-o', "
             f"{str(tmp_path / 'fit')!r}, '--free', 'alpha', '--quiet', '--no-plots']) == 0\n"
             "print(sorted(m for m in ('torch', 'matplotlib') if m in sys.modules))\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
                           env={**__import__("os").environ, "PDSL_NO_CACHE": "1"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"

@@ -4,7 +4,9 @@ Valid models (LANGUAGE.md §8 and a few plain, Hamiltonian, Lagrangian and
 Cartesian ones) are mutated at random (characters, tokens, lines, names) and
 pushed through ``load_models`` and ``lower``. The only exception allowed is a
 :class:`PdslError` whose diagnostics render and point inside the text; a hang
-counts as a failure (per-example deadline, and a hard alarm for true hangs).
+counts as a failure (a hard alarm after 60 s). The per-example deadline is
+generous (20 s; an example takes ~30 ms) so that a loaded machine never fails
+it: the hangs the fuzzer found ran for minutes.
 
 CI runs a fixed set of examples (``derandomize``); set ``PDSL_FUZZ_EXAMPLES=5000``
 for a fresh random campaign.
@@ -362,7 +364,7 @@ _EXAMPLES = int(os.environ.get("PDSL_FUZZ_EXAMPLES", "300"))
 
 @settings(
     max_examples=_EXAMPLES,
-    deadline=timedelta(milliseconds=3000),
+    deadline=timedelta(seconds=20),
     derandomize="PDSL_FUZZ_EXAMPLES" not in os.environ,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     database=None,
@@ -404,7 +406,7 @@ _EXAMPLES = int(os.environ.get("PDSL_FUZZ_EXAMPLES", "300"))
     formulation="hamiltonian",
 )
 def test_mutated_models_fail_only_with_located_pdsl_errors(text, formulation):
-    with _hard_limit(30):
+    with _hard_limit(60):
         try:
             compile_front_end(text, formulation)
         except PdslError as err:
