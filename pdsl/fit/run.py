@@ -721,7 +721,7 @@ def _staged_fit(run: FitRun, state: ck.State, opts: TrainOptions, on_epoch, log)
         budget = run.cfg.epochs if last else _STAGE_EPOCHS
         stage_opts = _replace(opts, epochs=int(state.extra.get("stage_start_epoch", state.epoch)) + budget)
         result = latent_gauss_newton(loss, run.train, chunks, _stage_chunks(run, k, "val"), state, stage_opts,
-                                     on_epoch=on_epoch, robust=_robust(run))
+                                     on_epoch=on_epoch, robust=_robust(run), **({} if last else {"invariant_weight": 1.0}))
         stopped = opts.stop_after is not None and state.epoch >= opts.stop_after
         what = "whole trajectories" if last else f"windows of {run.stages[k]} steps"
         log(f"  stage {k + 1}/{len(run.stages)}: {what} ({len(chunks)}), {state.epoch} epochs so far, "

@@ -246,7 +246,8 @@ def test_constrained_model_from_positions_only(tmp_path):
     """Cartesian double pendulum with a known spring, only the bob positions measured (1 % noise): the
     estimated starts are kept on the constraint manifold (their Φ, Φ̇ are residuals), so Gauss–Newton
     converges in a few epochs. Measured when written: m1 = 1.2968 ± 0.0047, m2 = 0.70197 ± 0.0022
-    (seeds 0–3 within 1.8σ); on clean data 1.2998 / 0.7000 (rk4 at dt = 0.03)."""
+    (seeds 0–3 within 1.8σ); on clean data 1.2998 / 0.7000 (rk4 at dt = 0.03). With the whole-trajectory default
+    and the invariants as near-constraints (issue 27): m1 = 1.29981 ± 0.00088, m2 = 0.70019 ± 0.00040, 12 epochs."""
     pd = pytest.importorskip("pandas")
     import pdsl
 
