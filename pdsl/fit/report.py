@@ -63,6 +63,35 @@ def _identifiability_rows(summary) -> list[str]:
                    "they are estimated), mapped to the parameters by the delta method.", ""]
 
 
+def _profile_rows(summary) -> list[str]:
+    """--profile: the profile-likelihood intervals next to the linear ones (pdsl.fit.profile)."""
+    profiles = summary.get("profiles") or {}
+    if not profiles:
+        return []
+    rows = ["## Profile likelihood (68 %)", "", "| parameter | estimate | profile interval | linear ± interval | open |",
+            "|---|---|---|---|---|"]
+    for name, p in profiles.items():
+        lin = p.get("linear")
+        rows.append(f"| `{name}` | {_fmt(p['estimate'])} | [{_fmt(p['lower'])}, {_fmt(p['upper'])}] | "
+                    + (f"[{_fmt(lin[0])}, {_fmt(lin[1])}]" if lin else "–") + f" | {', '.join(p['open']) or '–'} |")
+    return rows + ["", "Each parameter held at steps of one standard error, the others and every start refitted; the "
+                   "interval is where χ² rises by less than 1 (× s² when the noise is not stated). Open: not bounded "
+                   "within 8 steps.", ""]
+
+
+def _residual_rows(summary) -> list[str]:
+    """The largest standardized residuals with their data file lines (outliers, or model error there)."""
+    top = summary.get("largest_residuals") or []
+    mf = summary.get("misfit") or {}
+    if not top:
+        return []
+    unit = "σ (the stated noise)" if mf.get("noise_known") else "σ (estimated from the residuals)"
+    rows = ["## Largest standardized residuals", "", f"In units of {unit}; beyond 5σ is a warning above.", "",
+            "| data line | column | t | trajectory | residual / σ |", "|---|---|---|---|---|"]
+    rows += [f"| {x['line']} | `{x['column']}` | {_fmt(x['t'])} | {x['trajectory']} | {x['z']:.3g} |" for x in top]
+    return rows + [""]
+
+
 def _regularizer_rows(run, result) -> list[str]:
     """Settings and final values of the equilibrium / sparsity terms (pdsl.fit.regularize)."""
     from .regularize import RegularizedLoss
@@ -130,6 +159,8 @@ def write_report(run, result, summary, out_dir: Path, final_dir: Path | None = N
     if run.layout.free_names:
         lines += ["## Parameters", "", *_parameter_rows(run, summary), ""]
         lines += _identifiability_rows(summary)
+        lines += _profile_rows(summary)
+        lines += _residual_rows(summary)
     if run.layout.networks:
         specs = {nn.name: nn for nn in run.num.system.neural}
         lines += ["## Networks", "", "| network | layers | activation | weights |", "|---|---|---|---|"]

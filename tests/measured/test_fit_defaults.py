@@ -247,3 +247,11 @@ def test_huber_loss_with_ipopt_multiple_shooting(measured, tmp_path, capsys):
         moved_plain = abs(plain["values"][name] - clean["values"][name])
         moved_robust = abs(robust["values"][name] - clean["values"][name])
         assert moved_robust < 0.5 * moved_plain, (name, moved_plain, moved_robust)
+
+
+def test_report_lists_profiles_and_largest_residuals(measured, tmp_path, capsys):
+    data, sigma, _, _ = measured
+    _fit(data, tmp_path / "r", "--noise", f"x={sigma['x']}", "--noise", f"theta={sigma['theta']}", "--profile", "k")
+    report = (tmp_path / "r" / "report.md").read_text()
+    assert "## Profile likelihood (68 %)" in report and "| `k` |" in report
+    assert "## Largest standardized residuals" in report and "σ (the stated noise)" in report
