@@ -890,6 +890,19 @@ def _baumgarte_params(model: Model) -> tuple[Param, ...]:
                  for name in BAUMGARTE_PARAMS)
 
 
+def _check_no_generalized_variables(model: Model) -> None:
+    """``coord`` and ``momentum`` belong to lagrangian/hamiltonian models: in a model of bodies they would be names
+    bound to nothing (found by the fuzz campaign: `momentum k = 2, c = 0.1` used as spring constants ended in an
+    internal error), so they are refused where they are declared."""
+    diags = Collector()
+    for kind, what in (("coord", "a generalized coordinate"), ("momentum", "a canonical momentum")):
+        for v in model.variables_of(kind):
+            diags.error("MixedFormalism", f"`{v.name}` is declared `{kind}`, {what} of a `lagrangian`/`hamiltonian` "
+                        "model; a model of bodies has the bodies' positions and momenta as its states", v.span,
+                        "declare numbers with `param`, and describe the motion with bodies, joints and forces")
+    diags.raise_if_any()
+
+
 def lower_cartesian(model: Model, formulation: str = "hamiltonian", *, stabilize: str = "none") -> SymbolicSystem:
     """Lower a model of Cartesian bodies with explicit constraints to the IR (Eq. 6 or Eq. 7).
 
@@ -902,6 +915,7 @@ def lower_cartesian(model: Model, formulation: str = "hamiltonian", *, stabilize
         raise PdslError.at("BadOption", f"unknown constraint stabilisation `{stabilize}`", model.span,
                            "one of: " + ", ".join(STABILIZATIONS))
     check_no_unsupported(model, {"gravity", "potentials", "forces", "connectors", "generalized_forces"}, "Cartesian")
+    _check_no_generalized_variables(model)
     resolve_input_laws(model)
     layout = _layout(model)
     position = {s: i for i, s in enumerate(layout.coords)}

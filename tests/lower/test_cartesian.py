@@ -384,3 +384,25 @@ def test_rotor_rhs_matches_high_precision_reference():
                 w = mpmath.lu_solve(An, bn)
                 ref = np.array([float(w[i]) for i in range(num.nx)])
                 assert np.linalg.norm(rhs(num, z) - ref) <= 1e-14 * np.linalg.norm(ref)
+
+
+@pytest.mark.parametrize("kind", ["coord", "momentum"])
+def test_generalized_variables_in_a_body_model_are_located(kind, tmp_path, capsys):
+    """Found by the 30-minute fuzz campaign (issue 26): `momentum k, c` used as spring and damper constants in a
+    model of bodies ended in an internal error (no numeric value bound to `c`)."""
+    from pdsl.cli.main import main
+
+    path = tmp_path / "hanging.phm"
+    path.write_text(f"""model Hanging "one point mass on a spring"
+  space 2
+  {kind} k = 2.0, c = 0.1
+  input F
+  body b = point(mass = 1)
+  spring ground, b, k = k, rest = 1
+  damper ground, b, c = c
+  gravity 9.81
+end
+""")
+    assert main(["simulate", str(path), "--t-end", "0.1", "--input", "F=0", "-o", str(tmp_path / "x.csv")]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:3:" in err and "error[MixedFormalism]" in err and f"declared `{kind}`" in err
