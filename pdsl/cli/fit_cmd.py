@@ -59,7 +59,8 @@ def add_parsers(sub, common) -> None:
                    "spacing and the model's time scales, reported; with networks 1)")
     p.add_argument("--project", type=integer, metavar="STEPS",
                    help="Newton steps projecting each chunk's first sample onto the constraints (default 0: none)")
-    p.add_argument("--loss", help="l1 (adamw default) | mse (gauss-newton)")
+    p.add_argument("--loss", help="mse (gauss-newton, ipopt default) | huber, soft-l1 (robust: gauss-newton, ipopt; scale "
+                   "from --noise) | l1 (adamw default)")
     p.add_argument("--lr", type=finite_float, help="AdamW learning rate (default 3e-3)")
     p.add_argument("--weight-decay", type=finite_float, help="AdamW weight decay on networks (default 1e-4)")
     p.add_argument("--seed", type=integer, help="seed of the validation split, minibatches and network init (default 0)")
