@@ -89,12 +89,19 @@ end
 """
 
 
-def test_an_undetermined_parameter_has_no_error_bar(tmp_path, capsys):
-    model = tmp_path / "osc.phm"
+@pytest.fixture(scope="module")
+def osc_data(tmp_path_factory):
+    """The k/m oscillator (only k/m determined): 3 noisy trajectories."""
+    d = tmp_path_factory.mktemp("osc")
+    model, data = d / "osc.phm", d / "osc.csv"
     model.write_text(OSC)
-    data = tmp_path / "osc.csv"
     assert cli("simulate", model, "--t-end", 6, "--dt", 0.05, "--random-init", 3, "--noise", 0.01, "--seed", 2,
                "-o", data) == 0
+    return model, data
+
+
+def test_an_undetermined_parameter_has_no_error_bar(osc_data, tmp_path, capsys):
+    model, data = osc_data
     capsys.readouterr()
     assert cli("fit", model, "--data", data, "--free", "k,m", "-o", tmp_path / "f", "--quiet") == 0
     out = capsys.readouterr().out
@@ -221,12 +228,8 @@ def test_profile_likelihood_intervals(measured, tmp_path, capsys):
     assert (prof["upper"] - prof["lower"]) / 2 == pytest.approx(c["stderr"], rel=0.2)
 
 
-def test_profile_is_open_where_the_data_do_not_bound_and_names_are_checked(tmp_path, capsys):
-    model = tmp_path / "osc.phm"
-    model.write_text(OSC)
-    data = tmp_path / "osc.csv"
-    assert cli("simulate", model, "--t-end", 6, "--dt", 0.05, "--random-init", 3, "--noise", 0.01, "--seed", 2,
-               "-o", data) == 0
+def test_profile_is_open_where_the_data_do_not_bound_and_names_are_checked(osc_data, tmp_path, capsys):
+    model, data = osc_data
     capsys.readouterr()
     assert cli("fit", model, "--data", data, "--free", "k,m", "--profile", "k", "-o", tmp_path / "f", "--quiet") == 0
     prof = json.loads((tmp_path / "f" / "params.json").read_text())["profiles"]["k"]
