@@ -45,6 +45,23 @@ class _Hang(Exception):
     pass
 
 
+def front_end_outcome(T, text: str, formulation: str) -> tuple[str, str, set]:
+    """(outcome, detail, diagnostic codes) of one mutant through the front end (the CI property's stage):
+    "ok", "located" (every diagnostic inside the text), or "internal" for a diagnostic placed outside it.
+    Exceptions other than PdslError propagate (the callers classify hangs, memory and crashes)."""
+    from pdsl.diagnostics import PdslError
+
+    try:
+        T.compile_front_end(text, formulation)
+        return "ok", "", set()
+    except PdslError as err:
+        try:
+            T._check_diagnostics(err, text)
+            return "located", "", {d.code for d in err.diagnostics}
+        except AssertionError:
+            return "internal", "diagnostic outside the text:\n" + "".join(traceback.format_exc()), set()
+
+
 def _worker(seed: int, seconds: float, hang: int, memory_gb: float, queue) -> None:
     """Run mutants until ``seconds`` have passed; put the outcome counts on ``queue``."""
     sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "resolve")]
@@ -55,7 +72,6 @@ def _worker(seed: int, seconds: float, hang: int, memory_gb: float, queue) -> No
     from hypothesis import strategies as st
 
     import test_properties as T
-    from pdsl.diagnostics import PdslError
 
     counts = dict.fromkeys(OUTCOMES, 0)
     findings: list[dict] = []
@@ -75,14 +91,7 @@ def _worker(seed: int, seconds: float, hang: int, memory_gb: float, queue) -> No
             raise _TimeUp
         signal.alarm(hang)
         try:
-            T.compile_front_end(text, formulation)
-            outcome = "ok"
-        except PdslError as err:
-            try:
-                T._check_diagnostics(err, text)
-                outcome = "located"
-            except AssertionError:
-                outcome, detail = "internal", "diagnostic outside the text:\n" + "".join(traceback.format_exc())
+            outcome, detail, _ = front_end_outcome(T, text, formulation)
         except _Hang as exc:
             outcome, detail = "hang", str(exc)
         except MemoryError:

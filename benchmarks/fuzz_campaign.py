@@ -93,22 +93,14 @@ class Campaign:
     def run_one(self, text: str, formulation: str) -> None:
         import test_properties as T
 
-        from pdsl.diagnostics import PdslError
-
         detail = ""
         signal.alarm(self.args.hang)
         try:
             if self.args.stage == "lower":
-                try:
-                    T.compile_front_end(text, formulation)
-                    outcome = "ok"
-                except PdslError as err:
-                    try:
-                        T._check_diagnostics(err, text)
-                        outcome = "located"
-                        self.codes.update({d.code for d in err.diagnostics})
-                    except AssertionError:
-                        outcome, detail = "internal", "diagnostic outside the text:\n" + traceback.format_exc()
+                from fuzz import front_end_outcome  # benchmarks/fuzz.py: the same classification as the pooled run
+
+                outcome, detail, codes = front_end_outcome(T, text, formulation)
+                self.codes.update(codes)
             else:
                 outcome, detail = self._cli(text, formulation)
         except _Hang as exc:
