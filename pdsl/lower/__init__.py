@@ -46,4 +46,8 @@ def lower(model: Model, options: LowerOptions | str = "hamiltonian", *, stabiliz
     # between states (`0 = g(x)`), then structural balance (rows matched to unknowns)
     system = reduce_index(system)
     check_structure(system)
+    if model.events:
+        from .events import attach_events
+
+        system = attach_events(model, system)
     return system

@@ -979,7 +979,8 @@ def _lower(model: Model, options: LowerOptions) -> SymbolicSystem:
     system = lower_cartesian(model, options.formulation, stabilize=options.stabilize)
     positions = {c for body in model.bodies for node in body.nodes for c in node}
     report = velocity_report(system, positions) if options.formulation == "hamiltonian" else ()
-    return replace(system, invariants=derived_invariants(system, positions), report=report)
+    kinetic = tuple(s.name for s in system.states if s.symbol not in positions)  # velocities or momenta
+    return replace(system, invariants=derived_invariants(system, positions), report=report, kinetic=kinetic)
 
 
 CARTESIAN = register(Formalism(

@@ -118,6 +118,7 @@ def lower_lagrangian(model: Model) -> SymbolicSystem:
         energy_origin=span,
         constraints=tuple(holonomic),
         span=model.span,
+        kinetic=tuple(s.name for s in vel_states),
     )
 
 
@@ -226,6 +227,7 @@ def lower_hamiltonian(model: Model) -> SymbolicSystem:
         energy_origin=span,
         constraints=(),
         span=model.span,
+        kinetic=tuple(s.name for s in p_states),
     )
 
 

@@ -151,6 +151,32 @@ class Balance:
     label: str = ""
 
 
+@record
+class EventReset:
+    """``reinit(target, value)``: ``target`` names a state or a shown column (``b.vx``); ``value`` is an expression
+    of the values just before the event."""
+
+    target: str
+    value: sp.Expr
+    span: Span
+
+
+@record
+class Event:
+    """A state event (LANGUAGE.md §11): fires when ``condition`` (a Boolean of comparisons of the states, parameters,
+    inputs and t) goes from false to true along the solution; then the resets apply, or the run ends."""
+
+    condition: sp.Basic
+    resets: tuple[EventReset, ...]
+    terminate: bool
+    span: Span
+    text: str
+
+    @property
+    def label(self) -> str:
+        return f"when {self.text} (line {self.span.line})"
+
+
 def closed_input_laws(inputs) -> dict[sp.Symbol, sp.Expr]:
     """``{input: law}`` of the inputs with an in-model law, substituted into each other until no law refers to
     another input (the lowering has already rejected cycles)."""
@@ -208,6 +234,10 @@ class SymbolicSystem:
     # derived quantities `show` prints after the equations (display only), and relations d/dt q = r to check
     derivation: tuple[DerivationSection, ...] = ()
     balances: tuple[Balance, ...] = ()
+    # state events (`when`), and the states of the kinetic part (velocities or momenta) whose reset is an impulse
+    # through the velocity constraints: the formalism names them (empty: a reset sets the state, nothing else)
+    events: tuple[Event, ...] = ()
+    kinetic: tuple[str, ...] = ()
 
     def unit_of(self, name: str) -> str | None:
         return dict(self.units).get(name) if self.units else None

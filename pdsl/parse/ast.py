@@ -247,6 +247,15 @@ class EquationStmt(Stmt):
 
 
 @record
+class WhenStmt(Stmt):
+    """``when CONDITION then ACTION, ...`` (LANGUAGE.md §11): the actions are calls (``reinit(x, e)``) or the name
+    ``terminate``, checked by the resolver."""
+
+    condition: Expr
+    actions: tuple[Expr, ...]
+
+
+@record
 class DistributionStmt(Stmt):
     name: str
     arch: str

@@ -51,7 +51,7 @@ STATEMENT_KEYWORDS = (
     "link", "joint", "hinge", "spring", "damper", "gravity", "potential", "force", "lagrangian",
     "hamiltonian", "constraint", "distribution", "group", "flow_store", "effort_store", "resistive",
     "flow_source", "effort_source", "transformer", "gyrator", "junction", "structure", "port", "use",
-    "connect", "import", "end",
+    "connect", "import", "when", "end",
 )
 
 

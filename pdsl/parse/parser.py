@@ -275,6 +275,9 @@ class _ToAst(Transformer_NonRecursive):
     def constraint_stmt(self, meta, items):
         return A.ConstraintStmt(span=self._sp(meta), lhs=items[0], rhs=items[1])
 
+    def when_stmt(self, meta, items):
+        return A.WhenStmt(span=self._sp(meta), condition=items[0], actions=tuple(items[1] or ()))
+
     def equation_stmt(self, meta, items):
         return A.EquationStmt(span=self._sp(meta), lhs=items[0], rhs=items[1])
 

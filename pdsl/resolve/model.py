@@ -107,6 +107,28 @@ class Constraint:
 
 
 @record
+class Reinit:
+    """``reinit(target, value)`` of a ``when``: ``target`` as the model names it (``v``, ``der(q)``, ``b.vx``); its value
+    reads the values just before the event."""
+
+    target: str
+    value: sp.Expr
+    span: Span
+
+
+@record
+class Event:
+    """``when CONDITION then ACTION, ...`` (LANGUAGE.md §11): fires when ``condition`` (a sympy Boolean of
+    comparisons) goes from false to true along the solution."""
+
+    condition: sp.Basic
+    resets: tuple[Reinit, ...]
+    terminate: bool
+    span: Span
+    text: str  # the condition as written, for reports (`h < 0`)
+
+
+@record
 class Group:
     """``group SE2(phi, x, y)``: a Lie group acting on some coordinates (pdsl.groups has the library)."""
 
@@ -336,6 +358,7 @@ class Model:
     interfaces: tuple[Interface, ...] = ()
     ties: tuple[KinematicTie, ...] = ()
     groups: tuple[Group, ...] = ()
+    events: tuple[Event, ...] = ()
     unsupported: tuple[tuple[str, Span], ...] = field(default=())
     # (name, unit text) of the quantities with a unit (declared `{unit = "..."}`, or derived): pdsl.resolve.units
     units: tuple[tuple[str, str], ...] = ()

@@ -163,7 +163,7 @@ class _Resolver:
         out: dict[str, list] = {k: [] for k in (
             "params", "inputs", "outputs", "variables", "neural", "equations", "constraints",
             "bodies", "connectors", "gravity", "potentials", "forces", "generalized_forces", "elements", "unsupported",
-            "interfaces", "ties", "groups",
+            "interfaces", "ties", "groups", "events",
         )}
         single: dict[str, M.Located | None] = {"lagrangian": None, "hamiltonian": None}
         # pass 1: declarations (names usable anywhere in the model)
@@ -857,6 +857,7 @@ class _Resolver:
             A.GroupStmt: self._group,
             A.ConstraintLearnStmt: self._learned_constraint,
             A.DistributionStmt: self._pending_distribution,
+            A.WhenStmt: self._when,
         }.get(type(stmt))
         if handler is None:
             self._unsupported(stmt, out)
@@ -1038,6 +1039,12 @@ class _Resolver:
         for a, b in _pairs(lhs, rhs, stmt.span):
             residual = a - b
             out["constraints"].append(M.Constraint(residual=residual, kind=classify_constraint(residual, stmt.span), span=stmt.span))
+
+    # ------------------------------------------------------------------ events (LANGUAGE.md §11)
+    def _when(self, stmt: A.WhenStmt, bind, out) -> None:
+        from .events import resolve_when
+
+        out["events"].append(resolve_when(stmt, self._ev(bind)))
 
     def _single(self, stmt, out, single) -> None:
         key = "lagrangian" if isinstance(stmt, A.LagrangianStmt) else "hamiltonian"
