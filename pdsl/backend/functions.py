@@ -62,6 +62,8 @@ class NumericSystem:
     state_conditions: int = 0
     # per state: declared with a start value (projection moves the others first; read without the symbolic system)
     x_declared: tuple[bool, ...] | None = None
+    # the model's events (`when`): indicators, conditions, resets, the impulse's metric (pdsl.backend.hybrid)
+    hybrid: object = None
 
     @property
     def nx(self) -> int:
@@ -197,7 +199,13 @@ def to_casadi(system: SymbolicSystem, *, seed: int = 0, kind: str | None = None)
     )
     rels = relationals([e.lhs - e.rhs for e in system.differential + system.algebraic] + list(laws.values()))
     n_time = len(time_conditions(list(rels), {q.symbol for q in system.params})) if rels else 0
+    hybrid = None
+    if system.events:
+        from .hybrid import hybrid_functions
+
+        hybrid = hybrid_functions(system, c, T, (t, x, z, p, u))
     return NumericSystem(
+        hybrid=hybrid,
         state_conditions=len(rels) - n_time,
         x_declared=tuple(s.start is not None for s in system.states),
         system=system,

@@ -414,6 +414,8 @@ def simulate(
     baumgarte_alpha: float | None = None,
     baumgarte_beta: float | None = None,
     compile: str = "auto",
+    max_events: int | None = None,
+    event_rows: str = "none",
 ) -> SimulationResult:
     """Integrate ``num`` over ``grid`` (grid[0] is the initial time).
 
@@ -441,7 +443,17 @@ def simulate(
     st, extra = _apply_gains(num, st, x_init[None, :], grid, baumgarte_alpha, baumgarte_beta, params)
     st = _locate_switches(num, st, grid)
     info.update(extra)
-    (X, Z), = _integrate(num, grid, x_init[None, :], st)
+    if num.hybrid is not None:  # events (`when`): integrate from event to event (pdsl.sim.hybrid)
+        from .hybrid import MAX_EVENTS, integrate_events
+
+        grid, X, Z, log = integrate_events(num, grid, x_init, st, max_events=max_events or MAX_EVENTS,
+                                           event_rows=event_rows)
+        info["events"] = log
+    else:
+        if max_events is not None or event_rows != "none":
+            raise PdslError.at("BadOption", f"--max-events and --event-rows apply to a model with events (`when`); "
+                               f"{num.system.name} has none")
+        (X, Z), = _integrate(num, grid, x_init[None, :], st)
     res = _result(num, grid, X, Z, st.p, st.inputs, {**info, **_describe(st)}, st.rhs)
     if num.balances is not None:  # relations the formalism derived (Hamel's full-frame momenta), along the flow
         from .balances import check_balances

@@ -1,0 +1,472 @@
+"""Simulation of a model with events (``when``, LANGUAGE.md §11): integrate to the next event, act, restart.
+
+Every integrator here stops at the first downward crossing of an event indicator (pdsl.backend.hybrid): CVODES and
+IDAS by their root functions (CasADi's ``zero`` output; a *freeze* state, set by the transition, stops the motion
+at the first root, so that one integrator call returns the event's time and state); the fixed-step schemes and
+the compiled DOP853 by bracketing the crossing between two of their points and refining it with the Illinois
+method on the integrator itself (a partial step from the bracket's start). A located crossing is refined by one
+Newton step of the indicator along the flow, which puts it at machine precision in time.
+
+At a crossing the conditions are evaluated just before (the crossing atom false) and just after (true): an event
+fires on an edge false -> true. Its resets read the values before the event; then every condition is evaluated
+again, and one that became true fires at the same instant (rounds, at most MAX_ROUNDS). A velocity reset of a
+constrained mechanical part is an impulse (pdsl.backend.hybrid), a position reset is followed by a projection
+onto the invariants (reset components held), and the algebraic variables are recomputed by the next DAE start.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import field
+
+import casadi as ca
+import numpy as np
+
+from ..diagnostics import PdslError
+from ..records import record
+
+__all__ = ["EventLog", "integrate_events", "MAX_EVENTS", "EVENT_ROWS"]
+
+MAX_EVENTS = 10_000  # --max-events: more events than this in one run is an accumulation (Zeno)
+MAX_ROUNDS = 100  # rounds of events at one instant
+EVENT_ROWS = ("none", "after", "both")
+# the indicator function of a crossing atom must be this small (relative to its scale) after the Newton refinement
+_FLAT = 1e-12
+
+
+@record(kw_only=False, slots=False)
+class EventLog:
+    """What happened at the events of one run (info["events"] of the result)."""
+
+    times: list
+    names: list  # `when h < 0 (line 6)` per event
+    lines: list
+    energy_jumps: list  # E⁺ − E⁻ per event (NaN without an energy)
+    terminated: dict | None = None
+    notes: list = field(default_factory=list)
+
+    def rows(self) -> list[tuple[float, int, str]]:
+        return list(zip(self.times, self.lines, self.names))
+
+
+# ------------------------------------------------------------------------------------------------ steppers
+class _Stop:
+    __slots__ = ("t", "x", "z", "atom")
+
+    def __init__(self, t, x, z, atom):
+        self.t, self.x, self.z, self.atom = t, x, z, atom
+
+
+class _SundialsStepper:
+    """CVODES/IDAS over [ta, tb] in the normalised time s = (t − ta)/(tb − ta), with the indicators as root
+    functions; a root freezes the motion (ẋ = 0) and records the clock t − ta and the atom in extra states."""
+
+    def __init__(self, num, st, sigs, steps: int):
+        from .simulate import INTEGRATORS
+
+        hy = num.hybrid
+        T = ca.SX if num.kind == "SX" else ca.MX
+        nx, nz, npar = num.nx, num.nz, len(st.p)
+        s, x, z = T.sym("s"), T.sym("x", nx), T.sym("z", nz)
+        fr = T.sym("frozen", 3)  # frozen flag, the clock t − ta (stopped with the motion), the atom
+        P = T.sym("P", npar + 2)
+        p, ta, h = P[:npar], P[npar], P[npar + 1]
+        t = ta + s * h
+        u = ca.vertcat(*[fn(t, x, p) for fn in sigs]) if sigs else T(0, 1)
+        xdot, g = num.dae(t, x, z, p, u)
+        run = 1 - fr[0]
+        zero = hy.atoms(t, x, z, p, u)
+        zero = ca.if_else(fr[0] > 0.5, ca.DM.ones(zero.shape[0]), zero) if zero.shape[0] else zero
+        dae = {"t": s, "x": ca.vertcat(x, fr), "p": P, "ode": ca.vertcat(xdot * h * run, 0, h * run, 0), "zero": zero}
+        if nz:
+            dae.update({"z": z, "alg": g})
+        idx, uu = T.sym("index"), T.sym("u", 0, 1)
+        post = ca.vertcat(x, 1, fr[1], idx)  # the clock, not s: the state is the root's, s the step's
+        transition = ca.Function("transition", [idx, s, ca.vertcat(x, fr), z, P, uu], [post, z],
+                                 ca.event_in(), ca.event_out())
+        plugin, plugin_opts = INTEGRATORS[st.integrator]
+        opts = {"abstol": st.atol, "reltol": st.rtol, "max_num_steps": steps, "show_eval_warnings": False,
+                "transition": transition, "event_tol": 1e-14, "max_event_iter": 200, **plugin_opts}
+        from .. import quiet
+
+        with quiet.capture(tally=False):  # CasADi warns that its event support is experimental
+            self.F = ca.integrator("F_events", plugin, dae, 0.0, [1.0], opts)
+        self.num, self.st = num, st
+
+    def advance(self, ta, x, z, tb):
+        from .simulate import _run_sundials
+
+        p = np.append(self.st.p, [ta, tb - ta])
+        res = _run_sundials(self.num, self.st, lambda steps: self.F(x0=np.append(x, [0.0, 0.0, 0.0]), p=p, z0=z),
+                            [ta, tb])
+        xf = np.asarray(res["xf"]).ravel()
+        zf = np.asarray(res["zf"]).ravel()
+        if xf[self.num.nx] > 0.5:
+            return xf[: self.num.nx], zf, _Stop(ta + xf[self.num.nx + 1], xf[: self.num.nx], zf,
+                                               int(round(xf[self.num.nx + 2])))
+        return xf[: self.num.nx], zf, None
+
+
+class _BracketStepper:
+    """An integrator ``shoot(ta, x, tb) -> x(tb)`` sampled at ``points(ta, tb)``; a downward crossing of an
+    indicator between two samples is refined by the Illinois method on shoot from the earlier sample."""
+
+    def __init__(self, num, st, atoms, shoot, points):
+        self.num, self.st, self.atoms, self.shoot, self.points = num, st, atoms, shoot, points
+
+    def advance(self, ta, x, z, tb):
+        ts = self.points(ta, tb)
+        xs = self.shoot_many(ta, x, ts)
+        g0 = self.atoms(ta, x)
+        prev_t, prev_x = ta, x
+        for tk, xk in zip(ts, xs):
+            g1 = self.atoms(tk, xk)
+            crossed = [k for k in range(len(g0)) if g0[k] >= 0 > g1[k]]
+            if crossed:
+                return self._locate(prev_t, prev_x, tk, g0, crossed, z)
+            prev_t, prev_x, g0 = tk, xk, g1
+        return xs[-1], z, None
+
+    def shoot_many(self, ta, x, ts):
+        out, t, xc = [], ta, x
+        for tk in ts:
+            xc = self.shoot(t, xc, tk)
+            out.append(xc)
+            t = tk
+        return out
+
+    def _locate(self, ta, xa, tb, ga, crossed, z):
+        """The earliest downward crossing in (ta, tb] among the atoms ``crossed`` (Illinois on each)."""
+        best = None
+        for k in crossed:
+            a, fa, b = ta, ga[k], tb
+            fb = self.atoms(tb, self.shoot(ta, xa, tb))[k]
+            side = 0
+            for _ in range(100):
+                c = b - fb * (b - a) / (fb - fa) if fb != fa else 0.5 * (a + b)
+                if not a < c < b:
+                    c = 0.5 * (a + b)
+                fc = self.atoms(c, self.shoot(ta, xa, c))[k]
+                if fc < 0:
+                    b, fb = c, fc
+                    if side == -1:
+                        fa *= 0.5
+                    side = -1
+                else:
+                    a, fa = c, fc
+                    if side == 1:
+                        fb *= 0.5
+                    side = 1
+                if b - a <= 4 * np.finfo(float).eps * max(1.0, abs(b)):
+                    break
+            if best is None or b < best[0]:
+                best = (b, k)
+        tb, k = best
+        xb = self.shoot(ta, xa, tb)
+        return xb, z, _Stop(tb, xb, z, k)
+
+
+def _fixed_stepper(num, st, sigs, grid):
+    from ..numerics.fixed_step import make_step
+
+    T = ca.SX if num.kind == "SX" else ca.MX
+    npar = len(st.p)
+    s, x, P = T.sym("s"), T.sym("x", num.nx), T.sym("P", npar + 2)
+    p, ta, h = P[:npar], P[npar], P[npar + 1]
+    t = ta + s * h
+    u = ca.vertcat(*[fn(t, x, p) for fn in sigs]) if sigs else T(0, 1)
+    xdot, _ = num.dae(t, x, T(0, 1), p, u)
+    step = make_step(ca.Function("f", [s, x, P], [xdot * h]), st.integrator, 1.0)
+    nominal = float(grid[1] - grid[0]) / st.substeps if len(grid) > 1 else 1.0
+
+    def shoot(ta_, x_, tb_):
+        from .simulate import _quiet_call
+
+        n = max(1, math.ceil((tb_ - ta_) / nominal - 1e-9))
+        hk = (tb_ - ta_) / n
+        xc = x_
+        for j in range(n):
+            xc = np.asarray(_quiet_call(num, st, step, 0.0, xc, np.append(st.p, [ta_ + j * hk, hk]))).ravel()
+        return xc
+
+    def points(ta_, tb_):  # every step's end
+        n = max(1, math.ceil((tb_ - ta_) / nominal - 1e-9))
+        return [ta_ + (tb_ - ta_) * (j + 1) / n for j in range(n)]
+
+    return shoot, points
+
+
+def _native_stepper(num, st, sigs, samples: int = 16):
+    from .simulate import _dae_exprs, _native_for, _native_runs
+
+    t, x, _, P, xdot, _ = _dae_exprs(num, st, sigs)
+    nat = _native_for(st, t, x, P, xdot, (num.dae, *sigs))
+
+    def shoot(ta_, x_, tb_):
+        if tb_ <= ta_:
+            return x_
+        return _native_runs(num, st, nat, x_[None, :], st.p, [ta_, tb_], 1)[0][-1]
+
+    def points(ta_, tb_):
+        return [ta_ + (tb_ - ta_) * (j + 1) / samples for j in range(samples)]
+
+    return shoot, points
+
+
+# ------------------------------------------------------------------------------------------------ the loop
+def integrate_events(num, grid, x0, st, *, max_events: int = MAX_EVENTS, event_rows: str = "none"):
+    """(t, X, Z, log) of one run from ``x0`` over ``grid`` with the model's events; ``t`` is the grid, with event
+    rows added by ``event_rows`` ("after": the state after each event, "both": before and after)."""
+    from .initial import Projector
+    from .simulate import FIXED_STEP, INTEGRATORS, STEPS_FIRST, _eval_inputs
+
+    hy = num.hybrid
+    if event_rows not in EVENT_ROWS:
+        raise PdslError.at("BadOption", f"--event-rows {event_rows}: unknown", hint="one of: " + ", ".join(EVENT_ROWS))
+    if not (isinstance(max_events, int) and max_events >= 1):
+        raise PdslError.at("BadOption", f"--max-events must be a positive integer, got {max_events}")
+    if st.stabilize == "project":
+        raise PdslError.at("NotYetSupported", "--stabilize project with events: the run already projects after each "
+                           "reset", num.system.span, "use --stabilize none")
+    sigs = tuple(st.inputs[name].fn for name in num.u_names)
+    p = st.p
+    z0 = num.z_start.copy()
+
+    def u_at(t, x):
+        return np.array([float(np.asarray(fn(t, x, p)).ravel()[0]) for fn in sigs]) if sigs else np.zeros(0)
+
+    def atoms(t, x, z=None):
+        return np.asarray(hy.atoms(t, x, z0 if z is None else z, p, u_at(t, x))).ravel()
+
+    if st.integrator in INTEGRATORS:
+        stepper = _SundialsStepper(num, st, sigs, STEPS_FIRST)
+    elif st.integrator in FIXED_STEP:
+        stepper = _BracketStepper(num, st, atoms, *_fixed_stepper(num, st, sigs, grid))
+    else:
+        stepper = _BracketStepper(num, st, atoms, *_native_stepper(num, st, sigs))
+    projector = Projector(num) if num.invariants.size1_out(0) else None
+    n_atoms = len(hy.strict)
+
+    def truth(g, keep=None):
+        out = [(g[k] < 0) if hy.strict[k] else (g[k] <= 0) for k in range(n_atoms)]
+        if keep is not None:  # an indicator at zero (to rounding) keeps its truth value
+            for k in range(n_atoms):
+                if abs(g[k]) <= _FLAT * (1.0 + abs(g[k])) * 1e3:
+                    out[k] = keep[k]
+        return out
+
+    from ..backend.hybrid import condition_value
+
+    def cond_values(tr):
+        return [condition_value(c, tr) for c in hy.conditions]
+
+    T_rows, X_rows, Z_rows = [float(grid[0])], [np.array(x0, dtype=float)], [z0.copy()]
+    log = EventLog(times=[], names=[], lines=[], energy_jumps=[])
+    t, x, z = float(grid[0]), np.array(x0, dtype=float), z0.copy()
+    current = cond_values(truth(atoms(t, x)))  # a condition true at the start does not fire until it has been false
+    k = 1
+    same_time = 0
+    while k < len(grid):
+        tb = float(grid[k])
+        xb, zb, stop = stepper.advance(t, x, z, tb)
+        if stop is None:
+            t, x, z = tb, xb, (zb if num.nz else z)
+            T_rows.append(tb), X_rows.append(x.copy()), Z_rows.append(z.copy())
+            current = cond_values(truth(atoms(t, x, z), keep=None))
+            k += 1
+            continue
+        te, xe, ze = _refine(num, st, hy, stop, u_at, p, t)
+        ze = ze if num.nz else z
+        g = atoms(te, xe, ze)
+        tr_after = truth(g)
+        tr_after[stop.atom] = True
+        tr_before = list(tr_after)
+        tr_before[stop.atom] = False
+        before, after = cond_values(tr_before), cond_values(tr_after)
+        fired = [j for j in range(len(before)) if after[j] and not before[j]]
+        if not fired:  # an atom became true, its condition did not: go on from here
+            if te <= t:  # no progress (a root at the start): step past it
+                te = t + 1e-12 * max(1.0, abs(t))
+            t, x, z, current = te, xe, ze, after
+            continue
+        if te - t <= 4 * np.finfo(float).eps * max(1.0, abs(te)):
+            same_time += 1
+        else:
+            same_time = 0
+        if event_rows == "both":
+            T_rows.append(te), X_rows.append(xe.copy()), Z_rows.append(ze.copy())
+        x_new, tr_new, terminated = _act(num, st, hy, projector, te, xe, ze, fired, tr_after, truth, atoms, u_at, log,
+                                         max_events, same_time)
+        t, x, z = te, x_new, ze
+        current = cond_values(tr_new)
+        if event_rows in ("after", "both") or terminated:
+            T_rows.append(te), X_rows.append(x.copy()), Z_rows.append(z.copy())
+        if terminated:
+            log.terminated = terminated
+            break
+    T_arr = np.array(T_rows)
+    return T_arr, np.array(X_rows), (np.array(Z_rows) if num.nz else np.zeros((len(T_arr), 0))), log
+
+
+def _refine(num, st, hy, stop, u_at, p, t_start):
+    """One Newton step of the crossing atom's indicator along the flow: (t, x, z) at its root."""
+    te, xe, ze = stop.t, stop.x, stop.z
+    if num.nz:
+        return te, xe, ze
+    u = u_at(te, xe)
+    f = np.asarray(num.dae(te, xe, ze, p, u)[0]).ravel()
+    g = float(np.asarray(hy.atoms(te, xe, ze, p, u)).ravel()[stop.atom])
+    # d g / dt along the flow, by a central difference of g(t + δ, x + δ f) (the indicator may read t and inputs)
+    d = 1e-7 * max(1.0, abs(te))
+    gp = float(np.asarray(hy.atoms(te + d, xe + d * f, ze, p, u_at(te + d, xe + d * f))).ravel()[stop.atom])
+    gm = float(np.asarray(hy.atoms(te - d, xe - d * f, ze, p, u_at(te - d, xe - d * f))).ravel()[stop.atom])
+    gdot = (gp - gm) / (2 * d)
+    if not gdot < 0 or not math.isfinite(g):
+        return te, xe, ze
+    dt = -g / gdot
+    if abs(dt) > 1e-6 * max(1.0, abs(te)) or te + dt < t_start:
+        return te, xe, ze
+    return te + dt, xe + dt * f, ze
+
+
+def _act(num, st, hy, projector, te, xe, ze, fired, truth_now, truth, atoms, u_at, log, max_events, same_time):
+    """Apply the fired events (and the rounds they trigger): (x⁺, atom truth values after, terminated or None)."""
+    from ..backend.hybrid import condition_value
+
+    p = st.p
+    x = xe.copy()
+    tr = list(truth_now)
+    for _round in range(MAX_ROUNDS):
+        u = u_at(te, x)
+        E0 = float(np.asarray(num.energy(te, x, p, u)).ravel()[0]) if num.energy is not None else math.nan
+        values: dict[str, float] = {}
+        origin: dict[str, int] = {}
+        terminate = None
+        for j in fired:
+            if len(log.times) >= max_events or same_time > 50:
+                count = len(log.times)
+                raise PdslError.at(
+                    "ZenoEvents",
+                    f"{hy.labels[j]}: {count:,} events by t = {te:.10g}"
+                    + (" (the event times no longer advance)" if same_time > 50 else f" (--max-events {max_events:,})")
+                    + ": the events accumulate (Zeno behaviour)", _span(num, hy.lines[j]),
+                    "a bouncing ball coming to rest has infinitely many bounces before a finite time: end the run "
+                    "before it (--t-end), add a `when` that stops the bouncing (terminate, or reset to rest when the "
+                    "rebound is small), or raise --max-events")
+            log.times.append(te), log.names.append(hy.labels[j]), log.lines.append(hy.lines[j])
+            if hy.resets[j] is not None:
+                vals = np.asarray(hy.resets[j](te, xe if _round == 0 else x, ze, p, u)).ravel()
+                for name, v in zip(hy.targets[j], vals):
+                    if name in values:
+                        raise PdslError.at("BadEvent", f"`{name}` is reset twice at t = {te:.10g}: by "
+                                           f"{hy.labels[origin[name]]} and {hy.labels[j]}", _span(num, hy.lines[j]),
+                                           "two resets of one state at one instant are ambiguous")
+                    values[name], origin[name] = float(v), j
+            if hy.terminate[j] and terminate is None:
+                terminate = {"t": te, "line": hy.lines[j], "name": hy.labels[j]}
+        if values:
+            x = _apply_resets(num, hy, projector, te, x, values, origin, p)
+        E1 = float(np.asarray(num.energy(te, x, p, u_at(te, x))).ravel()[0]) if num.energy is not None else math.nan
+        log.energy_jumps.extend([E1 - E0] + [0.0] * (len(fired) - 1))
+        if terminate:
+            return x, tr, terminate
+        # the conditions again, with the new values: one that became true fires in the next round
+        before = [condition_value(c, tr) for c in hy.conditions]
+        tr = truth(atoms(te, x, ze), keep=tr)
+        after = [condition_value(c, tr) for c in hy.conditions]
+        fired = [j for j in range(len(after)) if after[j] and not before[j]]
+        if not fired:
+            _check_leaves(num, hy, te, x, ze, tr, atoms, u_at, p, log)
+            return x, tr, None
+    raise PdslError.at("ZenoEvents", f"{MAX_ROUNDS} rounds of events at t = {te:.10g} without an end: "
+                       + ", ".join(sorted({hy.labels[j] for j in fired})), _span(num, hy.lines[fired[0]]),
+                       "two events that keep re-triggering each other: make one of the conditions exclusive")
+
+
+def _apply_resets(num, hy, projector, t, x, values: dict, origin: dict, p) -> np.ndarray:
+    """x with the reset ``values`` (target name -> value): states set directly, velocity targets of a constrained
+    part by the impulse rule, then projected onto the invariants."""
+    names = list(hy.target_names)
+    state_index = {n: i for i, n in enumerate(num.x_names)}
+    kin = list(hy.kinetic)
+    x = x.copy()
+    r_now = np.asarray(hy.target_value(t, x, p)).ravel()
+    R = np.asarray(hy.target_jac(t, x, p)) if hy.target_jac is not None else np.zeros((len(names), 0))
+    R = R.reshape(len(names), len(kin))
+    impulse_rows, impulse_d, direct = [], [], []
+    for name, v in values.items():
+        i = names.index(name)
+        if kin and np.any(R[i] != 0) and (hy.velocity_rows is not None or name not in state_index):
+            impulse_rows.append(R[i])
+            impulse_d.append(v - r_now[i])
+        elif name in state_index:
+            direct.append((state_index[name], v))
+        else:
+            raise PdslError.at("BadEvent", f"`reinit({name}, ...)`: `{name}` is a shown column that no state can be set "
+                               "to directly", _span(num, hy.lines[origin[name]]))
+    for i, v in direct:
+        x[i] = v
+    if impulse_rows:
+        x = _impulse(num, hy, t, x, p, np.array(impulse_rows), np.array(impulse_d), origin)
+    if projector is not None:
+        keep = tuple(values)
+        x = projector.project(x, p, t, keep=tuple(k for k in keep if k in state_index)).x
+    return x
+
+
+def _impulse(num, hy, t, x, p, R, d, origin) -> np.ndarray:
+    """y⁺ = y⁻ + Δy with Δy minimising ½ΔyᵀWΔy subject to R Δy = d and c(x, y⁺) = 0 (the velocity rows)."""
+    kin = list(hy.kinetic)
+    ny = len(kin)
+    W = np.asarray(hy.metric(t, x, p)).reshape(ny, ny) if hy.metric is not None else np.eye(ny)
+    if hy.velocity_rows is not None:
+        c, G = hy.velocity_rows(t, x, p)
+        c, G = np.asarray(c).ravel(), np.asarray(G).reshape(-1, ny)
+    else:
+        c, G = np.zeros(0), np.zeros((0, ny))
+    A = np.vstack([G, R])
+    b = np.concatenate([-c, d])
+    m = A.shape[0]
+    K = np.block([[W, A.T], [A, np.zeros((m, m))]])
+    rhs = np.concatenate([np.zeros(ny), b])
+    sol, *_ = np.linalg.lstsq(K, rhs, rcond=None)
+    dy = sol[:ny]
+    miss = A @ dy - b
+    scale = 1.0 + np.max(np.abs(b)) if len(b) else 1.0
+    if np.max(np.abs(miss)) > 1e-8 * scale:
+        involved = [hy.velocity_labels[i] for i in range(G.shape[0]) if np.any(np.abs(G[i]) > 0) and
+                    np.any((np.abs(G[i]) > 0) & np.any(np.abs(R) > 0, axis=0))] or list(hy.velocity_labels)
+        first = next(iter(origin.values()))
+        raise PdslError.at("BadEvent", f"the reset at t = {t:.10g} cannot satisfy the velocity constraint"
+                           f"{'s' if len(involved) > 1 else ''} {', '.join(involved)}: the constrained part cannot move "
+                           "as the reset demands", _span(num, hy.lines[first]),
+                           "reset a velocity the constraints leave free, or fewer components at once")
+    x = x.copy()
+    x[kin] += dy
+    return x
+
+
+def _check_leaves(num, hy, t, x, z, tr, atoms, u_at, p, log) -> None:
+    """A reset that leaves a condition true while the motion does not leave it (a rebound too small to leave the
+    floor) is reported in the log's notes: the event fires again only once its condition has been false."""
+    g = atoms(t, x, z)
+    f = np.asarray(num.dae(t, x, z, p, u_at(t, x))[0]).ravel()
+    d = 1e-7 * max(1.0, abs(t))
+    g2 = atoms(t + d, x + d * f, z)
+    from ..backend.hybrid import atoms_of, condition_value
+
+    for j, cond in enumerate(hy.conditions):
+        if not condition_value(cond, tr):
+            continue
+        for k in atoms_of(cond):
+            if tr[k] and abs(g[k]) <= 1e-6 * (1.0 + abs(g[k])) and not g2[k] > g[k]:
+                log.notes.append(f"t = {t:.10g}: after the reset the condition of {hy.labels[j]} is still true and the "
+                                 "motion does not leave it (a rebound too small to leave the floor?): it fires again "
+                                 "only after it has been false")
+                return
+
+
+def _span(num, line: int):
+    from ..diagnostics import Span
+
+    return Span.point(num.system.path, line, 1) if num.system.path else num.system.span
