@@ -101,6 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--integrator", default=None, choices=INTEGRATORS,
                    help="cvodes (Adams, default for ODEs), cvodes-bdf (stiff), idas (DAEs), dop853 (explicit 8th order, compiled C: small non-stiff ODEs), or fixed-step rk4, euler, midpoint, gauss2")
     p.add_argument("--substeps", type=integer, default=1, help="fixed-step schemes: steps per output interval")
+    p.add_argument("--max-events", type=integer, default=None, metavar="N",
+                   help="models with `when`: more than N events (default 10,000) is an accumulation (Zeno): the run "
+                        "stops with an error, the table written up to there")
+    p.add_argument("--event-rows", default="none", choices=("none", "after", "both"),
+                   help="models with `when`: add rows at the event instants (the value after, or before and after: a "
+                        "repeated t); the events themselves always go to OUT.events.csv")
     p.add_argument("--compile", default="auto", choices=("auto", "yes", "no"),
                    help="cvodes/idas: evaluate the right-hand side as compiled C (built once with the C compiler, "
                         "cached) or in CasADi's VM; auto: the built library when there is one, else C when the "
@@ -380,19 +386,28 @@ def cmd_simulate(args) -> int:
         return _simulate_random(args, m, num, grid, init, params, inputs)
     if args.sample or args.sample_file or args.random_scale is not None:
         raise PdslError.at("BadOption", "--sample, --sample-file and --random-scale need --random-init N")
-    res = simulate(num, grid, x0=init, params=params, inputs=inputs, rtol=args.rtol, atol=args.atol,
-                   integrator=args.integrator, substeps=args.substeps, project=not args.no_project,
-                   stabilize=args.stabilize, baumgarte_alpha=args.baumgarte_alpha, baumgarte_beta=args.baumgarte_beta,
-                   compile=args.compile)
-    names, data = res.columns()
+    try:
+        res = simulate(num, grid, x0=init, params=params, inputs=inputs, rtol=args.rtol, atol=args.atol,
+                       integrator=args.integrator, substeps=args.substeps, project=not args.no_project,
+                       stabilize=args.stabilize, baumgarte_alpha=args.baumgarte_alpha,
+                       baumgarte_beta=args.baumgarte_beta, compile=args.compile, max_events=args.max_events,
+                       event_rows=args.event_rows)
+    except PdslError as exc:  # a Zeno stop: the table up to there, then the error
+        partial = getattr(exc, "partial", None)
+        if partial is not None:
+            _write_simulation(args, partial)
+        raise
+    _write_simulation(args, res)
+    grid = res.t
+    events = res.info.get("events")
     if args.columns:
         from ..data.formats import parse_columns, select_columns
 
         names, data = select_columns(names, data, parse_columns(args.columns))
-    data = _noisy(args, names, data)
-    _write(lambda: write_table(args.output, names, data), args.output)
     how = f"rtol {args.rtol:g}" if "rtol" in res.info else f"h = {args.dt / args.substeps:g}"
     print(f"{m.name}: {len(grid)} samples, t = 0 … {grid[-1]:g}, {res.info['integrator']} {how} -> {args.output}")
+    if events is not None:
+        _print_events(args, events)
     if res.info.get("rhs"):  # pdsl.sim.compiled: VM or compiled C, and why
         print(f"  right-hand side: {res.info['rhs']}")
     if res.info.get("switch_times"):  # conditions on t alone (pdsl.backend.events)
@@ -424,6 +439,62 @@ def cmd_simulate(args) -> int:
         _write(lambda: animate_bodies(res, system, args.animate), args.animate)
         print(f"  animation -> {args.animate}")
     return EXIT_OK
+
+
+def _write_simulation(args, res) -> None:
+    """The trajectory table (and, for a model with events, OUT.events.csv beside it)."""
+    from ..data.csvio import write_table
+
+    names, data = res.columns()
+    if args.columns:
+        from ..data.formats import parse_columns, select_columns
+
+        names, data = select_columns(names, data, parse_columns(args.columns))
+    data = _noisy(args, names, data)
+    _write(lambda: write_table(args.output, names, data), args.output)
+    events = res.info.get("events")
+    if events is not None and args.output != "-":
+        path = events_path(args.output)
+        _write(lambda: _write_events(path, events), path)
+
+
+def events_path(output: str) -> str:
+    """OUT.events.csv for OUT = run.csv, run.parquet, ... (the table's name without its extension)."""
+    from pathlib import Path
+
+    out = Path(output)
+    return str(out.with_name(out.stem + ".events.csv")) if out.suffix else str(out) + ".events.csv"
+
+
+def _write_events(path: str, events) -> None:
+    import csv
+
+    from ..data.csvio import atomic_path
+
+    with atomic_path(path) as tmp:
+        with open(tmp, "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            w.writerow(["t", "line", "event", "energy_jump"])
+            for t, line, name, jump in zip(events.times, events.lines, events.names, events.energy_jumps):
+                w.writerow([repr(float(t)), line, name, "" if jump != jump else repr(float(jump))])
+
+
+def _print_events(args, events) -> None:
+    n = len(events.times)
+    where = f" -> {events_path(args.output)}" if args.output != "-" else ""
+    out = sys.stderr if args.output == "-" else sys.stdout
+    print(f"  events: {n}" + (f", first at t = {events.times[0]:.12g}, last at t = {events.times[-1]:.12g}" if n else "")
+          + where, file=out)
+    if args.verbose:
+        for t, line, name in list(zip(events.times, events.lines, events.names))[:200]:
+            print(f"    t = {t:.15g}  {name}", file=out)
+        if n > 200:
+            print(f"    ... and {n - 200} more (all in the events file)", file=out)
+    for note in events.notes[:5]:
+        print(f"  note: {note}", file=out)
+    if events.terminated:
+        term = events.terminated
+        print(f"  note: terminated at t = {term['t']:.12g} by {term['name']}", file=out)
 
 
 def _noisy(args, names, data):

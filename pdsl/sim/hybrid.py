@@ -32,6 +32,8 @@ MAX_ROUNDS = 100  # rounds of events at one instant
 EVENT_ROWS = ("none", "after", "both")
 # the indicator function of a crossing atom must be this small (relative to its scale) after the Newton refinement
 _FLAT = 1e-12
+# an indicator this close to zero (relative, plus absolute 1e-10) at the start of an integration is "on the surface"
+_ZONE = 1e-10
 
 
 @record(kw_only=False, slots=False)
@@ -69,13 +71,15 @@ class _SundialsStepper:
         nx, nz, npar = num.nx, num.nz, len(st.p)
         s, x, z = T.sym("s"), T.sym("x", nx), T.sym("z", nz)
         fr = T.sym("frozen", 3)  # frozen flag, the clock t − ta (stopped with the motion), the atom
-        P = T.sym("P", npar + 2)
-        p, ta, h = P[:npar], P[npar], P[npar + 1]
+        na = len(hy.strict)
+        # p, ta, tb − ta, then per indicator its sign (−1: watch it rise) and an offset (see _watch)
+        P = T.sym("P", npar + 2 + 2 * na)
+        p, ta, h, sign, offset = P[:npar], P[npar], P[npar + 1], P[npar + 2:npar + 2 + na], P[npar + 2 + na:]
         t = ta + s * h
         u = ca.vertcat(*[fn(t, x, p) for fn in sigs]) if sigs else T(0, 1)
         xdot, g = num.dae(t, x, z, p, u)
         run = 1 - fr[0]
-        zero = hy.atoms(t, x, z, p, u)
+        zero = hy.atoms(t, x, z, p, u) * sign + offset
         zero = ca.if_else(fr[0] > 0.5, ca.DM.ones(zero.shape[0]), zero) if zero.shape[0] else zero
         dae = {"t": s, "x": ca.vertcat(x, fr), "p": P, "ode": ca.vertcat(xdot * h * run, 0, h * run, 0), "zero": zero}
         if nz:
@@ -91,20 +95,53 @@ class _SundialsStepper:
 
         with quiet.capture(tally=False):  # CasADi warns that its event support is experimental
             self.F = ca.integrator("F_events", plugin, dae, 0.0, [1.0], opts)
-        self.num, self.st = num, st
-
-    def advance(self, ta, x, z, tb):
+            plain = {k: v for k, v in dae.items() if k != "zero"}
+            self.F_plain = ca.integrator("F_plain", plugin, plain, 0.0, [1.0],
+                                         {k: v for k, v in opts.items() if k not in ("transition", "event_tol",
+                                                                                      "max_event_iter")})
+        self.num, self.st, self.hy, self.sigs = num, st, hy, sigs
+        self.fallbacks = 0  # segments located by bracketing after CasADi's root finding failed
+    def advance(self, ta, x, z, tb, signs, offsets):
         from .simulate import _run_sundials
 
-        p = np.append(self.st.p, [ta, tb - ta])
-        res = _run_sundials(self.num, self.st, lambda steps: self.F(x0=np.append(x, [0.0, 0.0, 0.0]), p=p, z0=z),
-                            [ta, tb])
+        p = np.concatenate([self.st.p, [ta, tb - ta], signs, offsets])
+        try:
+            res = _run_sundials(self.num, self.st, lambda steps: self.F(x0=np.append(x, [0.0, 0.0, 0.0]), p=p, z0=z),
+                                [ta, tb])
+        except PdslError:
+            # CasADi's event location (experimental in 3.8) can fail on a root close to the start of a step
+            # ("tout too far back in direction of integration"): this segment by bracketing on the same CVODES/IDAS
+            self.fallbacks += 1
+            return self._bracket().advance(ta, x, z, tb, signs, offsets)
         xf = np.asarray(res["xf"]).ravel()
         zf = np.asarray(res["zf"]).ravel()
         if xf[self.num.nx] > 0.5:
             return xf[: self.num.nx], zf, _Stop(ta + xf[self.num.nx + 1], xf[: self.num.nx], zf,
                                                int(round(xf[self.num.nx + 2])))
         return xf[: self.num.nx], zf, None
+
+
+    def _bracket(self):
+        from .simulate import _run_sundials
+
+        num, st = self.num, self.st
+
+        def shoot(ta_, x_, tb_):
+            if tb_ <= ta_:
+                return x_
+            p = np.concatenate([st.p, [ta_, tb_ - ta_], np.zeros(2 * len(self.hy.strict))])
+            res = _run_sundials(num, st, lambda steps: self.F_plain(x0=np.append(x_, [0.0, 0.0, 0.0]), p=p,
+                                                                     z0=num.z_start), [ta_, tb_])
+            return np.asarray(res["xf"]).ravel()[: num.nx]
+
+        def points(ta_, tb_, n=64):
+            return [ta_ + (tb_ - ta_) * (j + 1) / n for j in range(n)]
+
+        def atoms(t, x_):
+            u = np.array([float(np.asarray(fn(t, x_, st.p)).ravel()[0]) for fn in self.sigs]) if self.sigs else []
+            return np.asarray(self.hy.atoms(t, x_, num.z_start, st.p, u)).ravel()
+
+        return _BracketStepper(num, st, atoms, shoot, points)
 
 
 class _BracketStepper:
@@ -114,18 +151,24 @@ class _BracketStepper:
     def __init__(self, num, st, atoms, shoot, points):
         self.num, self.st, self.atoms, self.shoot, self.points = num, st, atoms, shoot, points
 
-    def advance(self, ta, x, z, tb):
+    def advance(self, ta, x, z, tb, signs, offsets):
         ts = self.points(ta, tb)
         xs = self.shoot_many(ta, x, ts)
-        g0 = self.atoms(ta, x)
-        prev_t, prev_x = ta, x
-        for tk, xk in zip(ts, xs):
-            g1 = self.atoms(tk, xk)
-            crossed = [k for k in range(len(g0)) if g0[k] >= 0 > g1[k]]
-            if crossed:
-                return self._locate(prev_t, prev_x, tk, g0, crossed, z)
-            prev_t, prev_x, g0 = tk, xk, g1
-        return xs[-1], z, None
+        atoms = self.atoms
+        self.atoms = lambda t, x_: atoms(t, x_) * signs + offsets
+        try:
+            g0 = self.atoms(ta, x)
+            g0 = np.maximum(g0, 0.0)  # the start counts as on the watched side
+            prev_t, prev_x = ta, x
+            for tk, xk in zip(ts, xs):
+                g1 = self.atoms(tk, xk)
+                crossed = [k for k in range(len(g0)) if g0[k] >= 0 > g1[k]]
+                if crossed:
+                    return self._locate(prev_t, prev_x, tk, g0, crossed, z)
+                prev_t, prev_x, g0 = tk, xk, g1
+            return xs[-1], z, None
+        finally:
+            self.atoms = atoms
 
     def shoot_many(self, ta, x, ts):
         out, t, xc = [], ta, x
@@ -263,42 +306,66 @@ def integrate_events(num, grid, x0, st, *, max_events: int = MAX_EVENTS, event_r
     T_rows, X_rows, Z_rows = [float(grid[0])], [np.array(x0, dtype=float)], [z0.copy()]
     log = EventLog(times=[], names=[], lines=[], energy_jumps=[])
     t, x, z = float(grid[0]), np.array(x0, dtype=float), z0.copy()
-    current = cond_values(truth(atoms(t, x)))  # a condition true at the start does not fire until it has been false
+    # the truth of each atom, carried along the run: an integrator watches a false atom for a downward crossing of
+    # its indicator and a true one for an upward crossing (sign −1), so that a rebound that starts a hair inside
+    # the region (h⁺ = −1e-17 < 0) and leaves it within one step is not missed
+    tr = truth(atoms(t, x))  # a condition true at the start does not fire until it has been false
     k = 1
     same_time = 0
     while k < len(grid):
         tb = float(grid[k])
-        xb, zb, stop = stepper.advance(t, x, z, tb)
+        signs, offsets, tr, cap = _watch(num, hy, t, x, z, tr, atoms, u_at, p)
+        if cap < tb:  # to the apex of a bounce first (_watch)
+            if False:
+                exc = PdslError.at(
+                    "ZenoEvents", f"{hy.labels[log.names.index(log.names[-1])] if log.names else 'an event'}: "
+                    f"{len(log.times):,} events by t = {t:.10g}, and the next one would follow within the resolution "
+                    "of t: the events accumulate (Zeno behaviour)", _span(num, log.lines[-1]) if log.lines else None,
+                    "a bouncing ball coming to rest has infinitely many bounces before a finite time: end the run "
+                    "before it (--t-end), or add a `when` that brings the motion to rest")
+                exc.partial_rows = (np.array(T_rows), np.array(X_rows), np.array(Z_rows), log)
+                raise exc
+            xb, zb, stop = stepper.advance(t, x, z, cap, signs, offsets)
+            if stop is None:
+                t, x, z = cap, xb, (zb if num.nz else z)
+                tr = truth(atoms(t, x, z), keep=tr)
+                continue
+        else:
+            xb, zb, stop = stepper.advance(t, x, z, tb, signs, offsets)
         if stop is None:
             t, x, z = tb, xb, (zb if num.nz else z)
             T_rows.append(tb), X_rows.append(x.copy()), Z_rows.append(z.copy())
-            current = cond_values(truth(atoms(t, x, z), keep=None))
+            tr = truth(atoms(t, x, z), keep=tr)
             k += 1
             continue
-        te, xe, ze = _refine(num, st, hy, stop, u_at, p, t)
+        te, xe, ze = _refine(num, st, hy, stop, u_at, p, t, signs[stop.atom])
         ze = ze if num.nz else z
-        g = atoms(te, xe, ze)
-        tr_after = truth(g)
-        tr_after[stop.atom] = True
-        tr_before = list(tr_after)
-        tr_before[stop.atom] = False
+        tr_before = truth(atoms(te, xe, ze), keep=tr)
+        tr_before[stop.atom] = tr[stop.atom]
+        tr_after = list(tr_before)
+        tr_after[stop.atom] = not tr[stop.atom]
         before, after = cond_values(tr_before), cond_values(tr_after)
         fired = [j for j in range(len(before)) if after[j] and not before[j]]
-        if not fired:  # an atom became true, its condition did not: go on from here
-            if te <= t:  # no progress (a root at the start): step past it
-                te = t + 1e-12 * max(1.0, abs(t))
-            t, x, z, current = te, xe, ze, after
-            continue
         if te - t <= 4 * np.finfo(float).eps * max(1.0, abs(te)):
             same_time += 1
         else:
             same_time = 0
+        if not fired:  # an atom changed, no condition became true: go on from here
+            if same_time > 50:
+                raise PdslError.at("IntegratorFailure", f"an event indicator chatters at t = {te:.10g} (its crossings no "
+                                   "longer advance in time)", num.system.span,
+                                   "a condition that the motion keeps touching: check it, or end the run before")
+            t, x, z, tr = te, xe, ze, tr_after
+            continue
         if event_rows == "both":
             T_rows.append(te), X_rows.append(xe.copy()), Z_rows.append(ze.copy())
-        x_new, tr_new, terminated = _act(num, st, hy, projector, te, xe, ze, fired, tr_after, truth, atoms, u_at, log,
+        try:
+            x_new, tr, terminated = _act(num, st, hy, projector, te, xe, ze, fired, tr_after, truth, atoms, u_at, log,
                                          max_events, same_time)
+        except PdslError as exc:  # a Zeno stop: what was integrated up to there goes with the error
+            exc.partial_rows = (np.array(T_rows), np.array(X_rows), np.array(Z_rows), log)
+            raise
         t, x, z = te, x_new, ze
-        current = cond_values(tr_new)
         if event_rows in ("after", "both") or terminated:
             T_rows.append(te), X_rows.append(x.copy()), Z_rows.append(z.copy())
         if terminated:
@@ -308,19 +375,66 @@ def integrate_events(num, grid, x0, st, *, max_events: int = MAX_EVENTS, event_r
     return T_arr, np.array(X_rows), (np.array(Z_rows) if num.nz else np.zeros((len(T_arr), 0))), log
 
 
-def _refine(num, st, hy, stop, u_at, p, t_start):
-    """One Newton step of the crossing atom's indicator along the flow: (t, x, z) at its root."""
+def _watch(num, hy, t, x, z, tr, atoms, u_at, p):
+    """(signs, offsets, truth, cap) for the next integration from (t, x). A false atom is watched for a downward
+    crossing of its indicator (sign +1), a true one for an upward crossing (−1).
+
+    An indicator within rounding of zero at the start (the floor, just after a bounce) is read by its sign, unless
+    the motion would carry it through zero within the resolution of t: then by the side the motion goes to (ġ, or
+    g̈ when ġ = 0); and when the start is not strictly on the watched side its watched indicator
+    is offset by twice its value (plus 1e-30): the crossing is then located at g = −offset and the Newton
+    refinement (_refine, on the true indicator) moves it onto g = 0. An atom that leaves the surface and is pulled
+    back (a bounce) returns after ≈ 2ġ/|g̈|: the integration then ends at the apex first (``cap``), so that no
+    step can straddle the whole arc and the return starts strictly on the watched side."""
+    g = atoms(t, x, z)
+    zone = _ZONE * (1.0 + np.abs(g))
+    tr = list(tr)
+    cap = math.inf
+    near = np.abs(g) <= zone
+    gdot = gddot = np.zeros(len(g))
+    if near.any():
+        u = u_at(t, x)
+        f = np.asarray(num.dae(t, x, z, p, u)[0]).ravel()
+
+        def path(h):  # a second-order (Heun) path along the flow
+            return x + h * 0.5 * (f + np.asarray(num.dae(t + h, x + h * f, z, p, u_at(t + h, x + h * f))[0]).ravel())
+
+        dd = 1e-4 * max(1.0, abs(t))
+        gp, gm = atoms(t + dd, path(dd), z), atoms(t - dd, path(-dd), z)
+        gdot, gddot = (gp - gm) / (2 * dd), (gp - 2 * g + gm) / dd**2
+        tau = 1e3 * np.finfo(float).eps * max(1.0, abs(t))  # below the resolution of t
+        for k in np.flatnonzero(near):
+            if g[k] != 0 and not (g[k] * gdot[k] < 0 and abs(g[k]) < abs(gdot[k]) * tau):
+                tr[k] = bool(g[k] < 0)  # moving away from zero, or reaching it only after a resolvable time
+            elif gdot[k] != 0:
+                tr[k] = bool(gdot[k] < 0)  # on the surface: the side the motion goes to
+            elif gddot[k] != 0:
+                tr[k] = bool(gddot[k] < 0)
+    signs = np.array([-1.0 if v else 1.0 for v in tr])
+    offsets = np.where(signs * g > 0, 0.0, 2 * np.abs(g) + 1e-30)
+    for k in np.flatnonzero(near):
+        away, pull = signs[k] * gdot[k], signs[k] * gddot[k]
+        if away > 0 and pull < 0:
+            apex = away / -pull  # half of the time to come back
+            if apex > 1e3 * np.finfo(float).eps * max(1.0, abs(t)):
+                cap = min(cap, t + apex)
+    return signs, offsets, tr, cap
+
+
+def _refine(num, st, hy, stop, u_at, p, t_start, sign: float = 1.0):
+    """One Newton step of the crossing atom's indicator (times ``sign``: −1 for an upward crossing) along the
+    flow: (t, x, z) at its root, on the side the crossing leads to."""
     te, xe, ze = stop.t, stop.x, stop.z
     if num.nz:
         return te, xe, ze
     u = u_at(te, xe)
     f = np.asarray(num.dae(te, xe, ze, p, u)[0]).ravel()
-    g = float(np.asarray(hy.atoms(te, xe, ze, p, u)).ravel()[stop.atom])
+    g = sign * float(np.asarray(hy.atoms(te, xe, ze, p, u)).ravel()[stop.atom])
     # d g / dt along the flow, by a central difference of g(t + δ, x + δ f) (the indicator may read t and inputs)
     d = 1e-7 * max(1.0, abs(te))
     gp = float(np.asarray(hy.atoms(te + d, xe + d * f, ze, p, u_at(te + d, xe + d * f))).ravel()[stop.atom])
     gm = float(np.asarray(hy.atoms(te - d, xe - d * f, ze, p, u_at(te - d, xe - d * f))).ravel()[stop.atom])
-    gdot = (gp - gm) / (2 * d)
+    gdot = sign * (gp - gm) / (2 * d)
     if not gdot < 0 or not math.isfinite(g):
         return te, xe, ze
     dt = -g / gdot
@@ -376,7 +490,7 @@ def _act(num, st, hy, projector, te, xe, ze, fired, truth_now, truth, atoms, u_a
         after = [condition_value(c, tr) for c in hy.conditions]
         fired = [j for j in range(len(after)) if after[j] and not before[j]]
         if not fired:
-            _check_leaves(num, hy, te, x, ze, tr, atoms, u_at, p, log)
+            _check_leaves(num, hy, te, xe, x, ze, tr, atoms, u_at, p, log)
             return x, tr, None
     raise PdslError.at("ZenoEvents", f"{MAX_ROUNDS} rounds of events at t = {te:.10g} without an end: "
                        + ", ".join(sorted({hy.labels[j] for j in fired})), _span(num, hy.lines[fired[0]]),
@@ -446,24 +560,33 @@ def _impulse(num, hy, t, x, p, R, d, origin) -> np.ndarray:
     return x
 
 
-def _check_leaves(num, hy, t, x, z, tr, atoms, u_at, p, log) -> None:
-    """A reset that leaves a condition true while the motion does not leave it (a rebound too small to leave the
-    floor) is reported in the log's notes: the event fires again only once its condition has been false."""
-    g = atoms(t, x, z)
-    f = np.asarray(num.dae(t, x, z, p, u_at(t, x))[0]).ravel()
-    d = 1e-7 * max(1.0, abs(t))
-    g2 = atoms(t + d, x + d * f, z)
+def _check_leaves(num, hy, t, x_pre, x, z, tr, atoms, u_at, p, log) -> None:
+    """A reset meant to turn the motion around that leaves its condition true with the motion still going in (a
+    rebound too small to leave the floor: the bounces have accumulated) stops the run: integrating on would pass
+    through the floor unseen. A reset that does not change how the indicator moves (a counter) is not checked."""
     from ..backend.hybrid import atoms_of, condition_value
 
+    def rate(xs):
+        f = np.asarray(num.dae(t, xs, z, p, u_at(t, xs))[0]).ravel()
+        d = 1e-7 * max(1.0, abs(t))
+        return (atoms(t + d, xs + d * f, z) - atoms(t - d, xs - d * f, z)) / (2 * d)
+
+    g = atoms(t, x, z)
+    r_pre, r_post = rate(x_pre), rate(x)
     for j, cond in enumerate(hy.conditions):
         if not condition_value(cond, tr):
             continue
         for k in atoms_of(cond):
-            if tr[k] and abs(g[k]) <= 1e-6 * (1.0 + abs(g[k])) and not g2[k] > g[k]:
-                log.notes.append(f"t = {t:.10g}: after the reset the condition of {hy.labels[j]} is still true and the "
-                                 "motion does not leave it (a rebound too small to leave the floor?): it fires again "
-                                 "only after it has been false")
-                return
+            if not (tr[k] and abs(g[k]) <= 1e-6 * (1.0 + abs(g[k]))):
+                continue
+            turned = abs(r_post[k] - r_pre[k]) > 1e-9 * (abs(r_pre[k]) + abs(r_post[k]))
+            if turned and r_post[k] <= 0:
+                count = len(log.times)
+                raise PdslError.at(
+                    "ZenoEvents", f"{hy.labels[j]}: after {count:,} events, at t = {t:.10g}, the reset leaves the "
+                    f"condition true and the motion still going into it (rate {r_post[k]:.3g}): a rebound too small "
+                    "to leave the floor: the events accumulate (Zeno behaviour)", _span(num, hy.lines[j]),
+                    "end the run before this time (--t-end), or add a `when` that brings the motion to rest")
 
 
 def _span(num, line: int):

@@ -446,8 +446,16 @@ def simulate(
     if num.hybrid is not None:  # events (`when`): integrate from event to event (pdsl.sim.hybrid)
         from .hybrid import MAX_EVENTS, integrate_events
 
-        grid, X, Z, log = integrate_events(num, grid, x_init, st, max_events=max_events or MAX_EVENTS,
-                                           event_rows=event_rows)
+        try:
+            grid, X, Z, log = integrate_events(num, grid, x_init, st, max_events=max_events or MAX_EVENTS,
+                                               event_rows=event_rows)
+        except PdslError as exc:  # a Zeno stop: the trajectory up to there travels with the error (the CLI writes it)
+            rows = getattr(exc, "partial_rows", None)
+            if rows is not None:
+                T_, X_, Z_, log_ = rows
+                exc.partial = _result(num, T_, X_, Z_ if num.nz else np.zeros((len(T_), 0)), st.p, st.inputs,
+                                      {**info, **_describe(st), "events": log_}, st.rhs)
+            raise
         info["events"] = log
     else:
         if max_events is not None or event_rows != "none":
