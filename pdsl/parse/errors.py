@@ -79,8 +79,8 @@ def _describe_expected(expected) -> str:
 def syntax_error(err: UnexpectedInput, path: str, text: str) -> PdslError:
     """Translate a lark error into the most specific diagnostic the text allows."""
     where = _error_position(err, text)
-    for explain in (_bracket_problem, _unclosed_model, _foreign_operator, _comparison_as_equation, _bad_number,
-                    _unknown_statement, _element_range):
+    for explain in (_bracket_problem, _unclosed_model, _action_outside_when, _foreign_operator, _comparison_as_equation,
+                    _bad_number, _unknown_statement, _element_range):
         found = explain(text, where, path)
         if found is not None:
             return found
@@ -245,6 +245,27 @@ def _foreign_operator(text: str, where: tuple[int, int], path: str) -> PdslError
                 _FOREIGN_OPERATORS[pair],
             )
     return None
+
+
+_ACTION = re.compile(r"(\s*)(reinit|terminate)\b")
+
+
+def _action_outside_when(text: str, where: tuple[int, int], path: str) -> PdslError | None:
+    """``reinit(v, 0)`` or ``terminate`` on a line of its own: an action of an event, written without its ``when``."""
+    lines = text.splitlines()
+    number = where[0] - 1 if where[1] == 0 else where[0]  # an unexpected end of line: the line before
+    if not 1 <= number <= len(lines):
+        return None
+    m = _ACTION.match(lines[number - 1])
+    if not m:
+        return None
+    word = m.group(2)
+    example = "reinit(v, -e*v)" if word == "reinit" else "terminate"
+    return PdslError.at(
+        "Syntax", f"`{word}` is an action of an event: it belongs after `when CONDITION then`",
+        Span.point(path, number, m.start(2) + 1, len(word)),
+        f"write `when h < 0 then {example}` (the actions run at the instant the condition becomes true)",
+    )
 
 
 def _comparison_as_equation(text: str, where: tuple[int, int], path: str) -> PdslError | None:
