@@ -626,7 +626,7 @@ def _simulate_random(args, m, num, grid, init, params, inputs) -> int:
                           threads=args.threads, baumgarte_alpha=args.baumgarte_alpha, baumgarte_beta=args.baumgarte_beta,
                           compile=args.compile)
     names, _ = runs[0].columns()
-    data = np.vstack([np.column_stack([np.full(len(grid), k), r.columns()[1]]) for k, r in enumerate(runs)])
+    data = np.vstack([np.column_stack([np.full(len(r.t), k), r.columns()[1]]) for k, r in enumerate(runs)])
     names = ["traj", *names]
     if args.columns:
         from ..data.formats import parse_columns, select_columns

@@ -494,6 +494,14 @@ def simulate_batch(
     st = _setup(num, params, inputs, integrator, rtol, atol, substeps, stabilize, compile)
     st, extra = _apply_gains(num, st, np.atleast_2d(x0s), grid, baumgarte_alpha, baumgarte_beta, params)
     st = _locate_switches(num, st, grid)
+    if num.hybrid is not None:  # events: one run after another (each from event to event, pdsl.sim.hybrid)
+        from .hybrid import integrate_events
+
+        out = []
+        for x0 in np.atleast_2d(x0s):
+            T_, X, Z, log = integrate_events(num, grid, x0, st)
+            out.append(_result(num, T_, X, Z, st.p, st.inputs, {**_describe(st), **extra, "events": log}, st.rhs))
+        return out
     runs = _integrate(num, grid, np.atleast_2d(x0s), st, threads=threads)
     return [_result(num, grid, X, Z, st.p, st.inputs, {**_describe(st), **extra}, st.rhs) for X, Z in runs]
 
