@@ -483,6 +483,10 @@ class TorchSystem:
         if system.algebraics:
             raise PdslError.at("NotYetSupported", f"{system.name} is a DAE; the torch backend takes ODE models",
                                system.span, "fit it with the CasADi backend (--backend casadi)")
+        if system.events:
+            raise PdslError.at("NotYetSupported", "the torch backend does not step through events (`when`) yet: its "
+                               "gradient would miss the event-time term", system.events[0].span,
+                               "simulate it with pdsl simulate; fitting through events is not implemented yet")
         self.system = system
         self.nets = [n for n in system.neural if n.n_in is not None]
         self._net_by_fn = {n.fn.__name__: n for n in self.nets}
