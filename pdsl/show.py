@@ -309,6 +309,14 @@ def _render(system: SymbolicSystem, fmt: str, simplify: bool) -> str:
         h(system.constraints_title)
         for c in system.constraints:
             out.append(_block(pr.eq(tidy(c.residual), sp.Integer(0)), fmt, "", c.origin, c.label))
+    if system.events:  # state events (LANGUAGE.md §11): fire when the condition goes from false to true
+        h("Events (fire when the condition becomes true; values read before the event)")
+        for ev in system.events:
+            acts = [f"reinit({r.target}, {pr.expr(r.value)})" for r in ev.resets] + (["terminate"] if ev.terminate else [])
+            item(f"when {pr.expr(ev.condition)} then {', '.join(acts)}    [{ev.span}{ev.span.chain}]")
+        if system.kinetic and any(k.residual.free_symbols & {s.symbol for s in system.states if s.name in system.kinetic}
+                                  for k in system.invariants):
+            item("a reset of a velocity or momentum is an impulse through the velocity constraints")
     for section in system.derivation:  # what the formalism derived on the way (display only)
         h(section.title)
         for it in section.items:
