@@ -30,8 +30,9 @@ def attach_events(model: Model, system: SymbolicSystem) -> SymbolicSystem:
         resets = []
         for r in ev.resets:
             if r.target not in states and r.target not in shown:
-                raise PdslError.at("BadEvent", f"`reinit` of `{r.target}`: it is not a state of this "
-                                   f"{system.formalism} model", r.span, _target_hint(r.target, system, states, shown))
+                kind = _kind_of(model, r.target)
+                raise PdslError.at("BadEvent", f"`reinit` of `{r.target}`: it is {kind + ', ' if kind else ''}not a state "
+                                   f"of this {system.formalism} model", r.span, _target_hint(r.target, system, states, shown))
             resets.append(EventReset(target=r.target, value=_in_states(r.value, subs, laws), span=r.span))
         cond = _in_states(ev.condition, subs, laws)
         events.append(Event(condition=cond, resets=tuple(resets), terminate=ev.terminate, span=ev.span, text=ev.text))
@@ -42,6 +43,14 @@ def _in_states(expr: sp.Basic, subs: dict, laws: dict) -> sp.Basic:
     if laws:
         expr = expr.xreplace(laws)
     return expr.xreplace(subs) if subs else expr
+
+
+def _kind_of(model: Model, name: str) -> str:
+    """`a parameter`, `an input` ... for a name the model declares as something other than a state ('' if not)."""
+    for kind, decls in (("a parameter", model.params), ("an input", model.inputs), ("an output", model.outputs)):
+        if any(getattr(d, "name", None) == name for d in decls):
+            return kind
+    return ""
 
 
 def _target_hint(target: str, system: SymbolicSystem, states: set, shown: dict) -> str:
