@@ -24,7 +24,7 @@ from ..backend.functions import NumericSystem
 from ..diagnostics import InternalError, PdslError
 from ..resolve.model import network_derivative
 
-__all__ = ["TARGETS", "compile_to", "manifest"]
+__all__ = ["TARGETS", "compile_to", "manifest", "event_support", "event_atoms", "reset_function"]
 
 TARGETS = ("casadi", "c", "python", "fmu")
 
@@ -36,7 +36,131 @@ def _functions(num: NumericSystem) -> dict[str, ca.Function]:
         out["step"] = rk4_step(num)
     if num.energy is not None:
         out["energy"] = num.energy
+    if num.hybrid is not None:
+        hy = num.hybrid
+        out["event_indicators"] = hy.atoms
+        out["event_conditions"] = event_conditions(num)
+        for j in range(len(hy.conditions)):
+            if hy.resets[j] is not None:
+                out[f"reset_{j}"] = reset_function(num, j, f"reset_{j}")
     return out
+
+
+# ---------------------------------------------------------------- events (`when`, LANGUAGE.md §11)
+def event_support(num: NumericSystem, target: str) -> None:
+    """Refuse, located at the reset, what the compiled targets do not implement: a reset that is not a plain
+    assignment of states (the impulse rule of a constrained mechanical part, a shown column as target, the
+    projection onto the invariants that follows a reset in a constrained model)."""
+    hy = num.hybrid
+    if hy is None:
+        return
+    states = set(num.x_names)
+    constrained = num.invariants.size1_out(0) > 0
+    for j, ev in enumerate(num.system.events):
+        for r in ev.resets:
+            why = None
+            if r.target not in states:
+                why = (f"`{r.target}` is a shown column, not a state: its reset is an impulse (the velocities "
+                       "minimising the kinetic energy change), which the compiled targets do not implement yet")
+            elif hy.velocity_rows is not None or constrained:
+                why = (f"the model has constraints: a reset of `{r.target}` is an impulse and a projection onto the "
+                       "constraints, which the compiled targets do not implement yet")
+            if why:
+                raise PdslError.at("NotYetSupported", f"--target {target}: {hy.labels[j]}: {why}", r.span,
+                                   "`pdsl simulate` handles this event; the compiled targets handle direct resets of "
+                                   "states in unconstrained models")
+
+
+def event_atoms(system) -> tuple[list, list[bool], list]:
+    """(indicator expressions, strictness, condition trees) of the model's events, in the order of
+    pdsl.backend.hybrid (atom k true where g_k < 0, or <= 0 when not strict)."""
+    atoms: list = []
+    strict: list[bool] = []
+    index: dict = {}
+
+    def atom(rel) -> int:
+        if isinstance(rel, sp.StrictLessThan | sp.LessThan):
+            g, st = rel.lhs - rel.rhs, isinstance(rel, sp.StrictLessThan)
+        elif isinstance(rel, sp.StrictGreaterThan | sp.GreaterThan):
+            g, st = rel.rhs - rel.lhs, isinstance(rel, sp.StrictGreaterThan)
+        else:
+            raise InternalError(f"not an event atom: {rel}")
+        key = (g, st)
+        if key not in index:
+            index[key] = len(atoms)
+            atoms.append(g)
+            strict.append(st)
+        return index[key]
+
+    def tree(cond):
+        if isinstance(cond, sp.And | sp.Or):
+            return ("and" if isinstance(cond, sp.And) else "or", tuple(tree(a) for a in cond.args))
+        return ("atom", atom(cond))
+
+    trees = [tree(sp.to_nnf(ev.condition)) for ev in system.events]
+    return atoms, strict, trees
+
+
+def _sym(num: NumericSystem):
+    T = ca.SX if num.kind == "SX" else ca.MX
+    return T, (T.sym("t"), T.sym("x", num.nx), T.sym("z", num.nz), T.sym("p", len(num.p_names)),
+               T.sym("u", len(num.u_names)))
+
+
+def reset_function(num: NumericSystem, j: int, name: str, *, with_z: bool = True) -> ca.Function:
+    """``name(t, x, z, p, u) -> x_next``: the state after event ``j``'s resets, all read before the event (``z``
+    left out when not ``with_z``: the FMU's ODEs)."""
+    hy = num.hybrid
+    T, (t, x, z, p, u) = _sym(num)
+    if not with_z:
+        z = T(0, 1)
+    vals = hy.resets[j](t, x, z, p, u)
+    where = {n: i for i, n in enumerate(num.x_names)}
+    xn = [x[i] for i in range(num.nx)]
+    for k, target in enumerate(hy.targets[j]):
+        xn[where[target]] = vals[k]
+    ins, names = ([t, x, z, p, u], ["t", "x", "z", "p", "u"]) if with_z else ([t, x, p, u], ["t", "x", "p", "u"])
+    return ca.Function(name, ins, [ca.vertcat(*xn) if xn else T(0, 1)], names, ["x_next"])
+
+
+def event_conditions(num: NumericSystem) -> ca.Function:
+    """``event_conditions(t, x, z, p, u) -> c``: 1 where event j's condition holds, else 0."""
+    hy = num.hybrid
+    T, (t, x, z, p, u) = _sym(num)
+    g = hy.atoms(t, x, z, p, u)
+
+    def value(tree):
+        kind, arg = tree
+        if kind == "atom":
+            return g[arg] < 0 if hy.strict[arg] else g[arg] <= 0
+        subs = [value(s) for s in arg]
+        out = subs[0]
+        for s in subs[1:]:
+            out = ca.logic_and(out, s) if kind == "and" else ca.logic_or(out, s)
+        return out
+
+    c = ca.vertcat(*[value(tree) for tree in hy.conditions]) if hy.conditions else T(0, 1)
+    return ca.Function("event_conditions", [t, x, z, p, u], [c], ["t", "x", "z", "p", "u"], ["c"])
+
+
+def _tree_json(tree):
+    kind, arg = tree
+    return [kind, arg] if kind == "atom" else [kind, [_tree_json(s) for s in arg]]
+
+
+def events_manifest(num: NumericSystem) -> dict:
+    """The events for manifest.json: indicators (strictness) and per event its condition tree over them."""
+    hy = num.hybrid
+    where = {n: i for i, n in enumerate(num.x_names)}
+    return {
+        "indicators": [{"index": k, "strict": bool(s)} for k, s in enumerate(hy.strict)],
+        "events": [
+            {"label": hy.labels[j], "line": int(hy.lines[j]), "condition": _tree_json(hy.conditions[j]),
+             "targets": list(hy.targets[j]), "target_states": [where[n] for n in hy.targets[j] if n in where],
+             "terminate": bool(hy.terminate[j]), "reset": f"reset_{j}" if hy.resets[j] is not None else None}
+            for j in range(len(hy.conditions))
+        ],
+    }
 
 
 def rk4_step(num: NumericSystem) -> ca.Function:
@@ -71,6 +195,7 @@ def manifest(num: NumericSystem, functions: dict[str, ca.Function]) -> dict:
             name: {"inputs": f.name_in(), "outputs": f.name_out(), "sizes_in": [list(f.size_in(i)) for i in range(f.n_in())]}
             for name, f in sorted(functions.items())
         },
+        **({"events": events_manifest(num)} if num.hybrid is not None else {}),
     }
 
 
@@ -78,6 +203,7 @@ def compile_to(num: NumericSystem, target: str, out_dir: str | Path, *, cc: str 
     """Write ``target`` for ``num`` into ``out_dir`` (replaced atomically). Returns the files written."""
     if target not in TARGETS:
         raise PdslError.at("BadOption", f"--target {target}: unknown", hint="one of: " + ", ".join(TARGETS))
+    event_support(num, target)
     if target == "fmu":  # one file, not a directory (pdsl/compile/fmu.py)
         from .fmu import write_fmu
 
@@ -285,6 +411,8 @@ def _python(num: NumericSystem, out: Path, cc) -> None:
     else:
         src += lines_in + unpack + body([sys.energy], "e")
         src.append("    return float(e[0])")
+    if num.hybrid is not None:
+        src += _python_events(num, lines_in, unpack, body, prep)
     src.append('''
 
 def step(t, x, h, p=DEFAULTS, u=()):
@@ -299,6 +427,109 @@ def step(t, x, h, p=DEFAULTS, u=()):
     module = _module_name(sys.name)
     (out / f"{module}.py").write_text(code, encoding="utf-8")
     _write_manifest(out / "manifest.json", {**manifest(num, {}), "python_module": f"{module}.py"})
+
+
+def _python_events(num: NumericSystem, lines_in, unpack, body, prep) -> list[str]:
+    """The events of the numpy module: EVENTS (a table, by position), event_indicators, conditions, reset and
+    event_update (edges, resets read before the event, rounds), as pdsl.sim.hybrid applies them."""
+    hy, sys = num.hybrid, num.system
+    atoms, strict, trees = event_atoms(sys)
+    if tuple(trees) != tuple(hy.conditions) or tuple(strict) != tuple(hy.strict):
+        raise InternalError("the python target's event atoms differ from pdsl.backend.hybrid's")
+    allowed = {sp.Symbol("t"), *(sp.Symbol(f"x_{i}") for i in range(len(sys.states))),
+               *(sp.Symbol(f"p_{i}") for i in range(len(sys.params))),
+               *(sp.Symbol(f"u_{i}") for i in range(len(sys.exogenous_inputs)))}
+    for j, ev in enumerate(sys.events):
+        exprs = [prep(a) for a in atoms] + [prep(r.value) for r in ev.resets]
+        extra = set().union(*(e.free_symbols for e in exprs)) - allowed if exprs else set()
+        if extra:
+            raise PdslError.at("NotYetSupported", f"--target python: {hy.labels[j]} reads quantities other than "
+                               "states, parameters, inputs and t (multipliers or algebraic variables)", ev.span)
+    where = {n: i for i, n in enumerate(num.x_names)}
+    table = [{"label": hy.labels[j], "line": int(hy.lines[j]), "condition": hy.conditions[j],
+              "targets": [where[n] for n in hy.targets[j]], "target_names": list(hy.targets[j]),
+              "terminate": bool(hy.terminate[j])} for j in range(len(hy.conditions))]
+    src = [f"\n\n# Events (`when`), by position: condition trees over the indicators (\"atom\", k) is true where\n"
+           f"# g_k < 0 (STRICT[k]) or g_k <= 0; targets: the state indices each event resets.\n"
+           f"EVENTS = {table!r}\nSTRICT = {[bool(v) for v in strict]!r}\n"]
+    src.append("\ndef event_indicators(t, x, p=DEFAULTS, u=()):\n    \"\"\"The event indicators g (atom k true where "
+               "g[k] < 0, or <= 0 when not STRICT[k]).\"\"\"")
+    src += lines_in + unpack + body(atoms, "g")
+    src.append("    return g")
+    resets = []
+    for j, ev in enumerate(sys.events):
+        if not ev.resets:
+            resets.append("None")
+            continue
+        resets.append(f"_reset_{j}")
+        src.append(f"\n\ndef _reset_{j}(t, x, p, u):")
+        src += lines_in + unpack + body([r.value for r in ev.resets], "values")
+        src.append("    x_next = numpy.array(x, dtype=float)")
+        src += [f"    x_next[{where[r.target]}] = values[{k}]" for k, r in enumerate(ev.resets)]
+        src.append("    return x_next")
+    src.append(f"\n\n_RESETS = [{', '.join(resets)}]")
+    src.append(_PY_EVENTS)
+    return src
+
+
+_PY_EVENTS = '''
+
+def atom_truth(g):
+    """The truth value of each indicator's comparison."""
+    return [bool(g[k] < 0) if STRICT[k] else bool(g[k] <= 0) for k in range(len(STRICT))]
+
+
+def condition_value(tree, truth):
+    """A condition tree with the atoms' truth values."""
+    kind, arg = tree
+    if kind == "atom":
+        return truth[arg]
+    values = [condition_value(sub, truth) for sub in arg]
+    return all(values) if kind == "and" else any(values)
+
+
+def conditions(t, x, p=DEFAULTS, u=()):
+    """Whether each event's condition holds at (t, x)."""
+    truth = atom_truth(event_indicators(t, x, p, u))
+    return [condition_value(ev["condition"], truth) for ev in EVENTS]
+
+
+def reset(j, t, x, p=DEFAULTS, u=()):
+    """The state after event j's resets, every value read at (t, x), before the event (x itself, copied, for an
+    event without resets)."""
+    fn = _RESETS[j]
+    return numpy.array(x, dtype=float) if fn is None else fn(t, x, p, u)
+
+
+def event_update(t, x, before, p=DEFAULTS, u=(), max_rounds=100):
+    """Apply the events at an event instant t. ``before``: the conditions just before t; ``x``: the state at t,
+    where the crossing indicator has reached its new side. An event fires when its condition goes from false to
+    true; the resets of one round read the state before it and apply together; then the conditions are evaluated
+    again and those that became true fire in the next round. Returns (x, fired event indices, terminate,
+    conditions after)."""
+    x = numpy.array(x, dtype=float)
+    now = conditions(t, x, p, u)
+    fired_all = []
+    for _ in range(max_rounds):
+        fired = [j for j in range(len(EVENTS)) if now[j] and not before[j]]
+        if not fired:
+            return x, fired_all, False, now
+        fired_all += fired
+        x_next, owner = x.copy(), {}
+        for j in fired:
+            new = reset(j, t, x, p, u)
+            for i in EVENTS[j]["targets"]:
+                if i in owner:
+                    raise ValueError(f"state {STATES[i]} is reset twice at t = {t}: by {EVENTS[owner[i]]['label']} "
+                                     f"and {EVENTS[j]['label']}")
+                owner[i] = j
+                x_next[i] = new[i]
+        x = x_next
+        if any(EVENTS[j]["terminate"] for j in fired):
+            return x, fired_all, True, conditions(t, x, p, u)
+        before, now = now, conditions(t, x, p, u)
+    raise RuntimeError(f"{max_rounds} rounds of events at t = {t} without an end")
+'''
 
 
 _PY_MLP = '''
