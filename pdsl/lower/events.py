@@ -54,7 +54,7 @@ def _kind_of(model: Model, name: str) -> str:
 
 
 def _target_hint(target: str, system: SymbolicSystem, states: set, shown: dict) -> str:
-    names = list(dict.fromkeys([*states, *shown]))
+    names = list(dict.fromkeys([*(s.name for s in system.states), *shown]))  # in state order (a set has none)
     if target.startswith("der(") and system.kinetic and not any(n.startswith("der(") for n in names):
         return (f"this model's states are coordinates and momenta: reset the momentum ({', '.join(system.kinetic)}), "
                 "not a velocity")
