@@ -50,7 +50,7 @@ import numpy as np
 from .. import __version__
 from ..backend.functions import NumericSystem
 from ..diagnostics import PdslError
-from .targets import generate_c
+from .targets import event_support, generate_c, reset_function
 
 __all__ = ["write_fmu", "fmu_identifier", "FmuLayout", "layout", "DEFAULT_CS_STEP", "CS_STEP_NAME"]
 
@@ -190,6 +190,22 @@ def _time_events(num: NumericSystem, prefix: str) -> tuple[ca.Function, ca.Funct
     return modes, sw
 
 
+def _event_functions(num: NumericSystem, prefix: str) -> list[ca.Function] | None:
+    """For a model with `when`: ``PREFIX_indicators(t, x, p, u) -> g`` and, per event with resets,
+    ``PREFIX_reset_J(t, x, p, u) -> x_next`` (None without events)."""
+    hy = getattr(num, "hybrid", None)
+    if hy is None:
+        return None
+    T = ca.SX if num.kind == "SX" else ca.MX
+    t, x = T.sym("t"), T.sym("x", num.nx)
+    p, u = T.sym("p", len(num.p_names)), T.sym("u", len(num.u_names))
+    g = hy.atoms(t, x, T(0, 1), p, u)
+    out = [ca.Function(f"{prefix}indicators", [t, x, p, u], [g], ["t", "x", "p", "u"], ["g"])]
+    out += [reset_function(num, j, f"{prefix}reset_{j}", with_z=False)
+            for j in range(len(hy.conditions)) if hy.resets[j] is not None]
+    return out
+
+
 def _functions(num: NumericSystem, lay: FmuLayout, prefix: str) -> tuple[ca.Function, ca.Function]:
     """The CasADi Functions ``PREFIX_eval(t, x, p, u) -> (xdot, r, y)`` and its forward derivative
     ``fwd(t, x, p, u, dx, dp, du) -> (dxdot, dr, dy)`` (r: the shown columns that are not states)."""
@@ -262,11 +278,13 @@ def _xml_safe(root: ET.Element) -> None:
 
 def model_description(num: NumericSystem, lay: FmuLayout, ident: str, guid: str, deps: dict[int, list[int]],
                       sources: list[str]) -> bytes:
+    hy = getattr(num, "hybrid", None)
+    n_ind = len(hy.strict) if hy is not None else 0
     sys_ = num.system
     root = ET.Element("fmiModelDescription", {
         "fmiVersion": "2.0", "modelName": sys_.name, "guid": guid,
         "description": sys_.doc or f"{sys_.name} (pdsl)", "generationTool": f"pdsl {__version__}",
-        "variableNamingConvention": "flat", "numberOfEventIndicators": "0",
+        "variableNamingConvention": "flat", "numberOfEventIndicators": str(n_ind),
     })
     for tag, extra in (("ModelExchange", {"completedIntegratorStepNotNeeded": "true"}),
                        ("CoSimulation", {"canHandleVariableCommunicationStepSize": "true"})):
@@ -341,9 +359,73 @@ def _c_double(v: float) -> str:
     return repr(float(v))
 
 
+def _c_condition(tree) -> str:
+    """A condition tree as a C expression over the atoms' truth values ``a[k]`` (indices only, no names)."""
+    kind, arg = tree
+    if kind == "atom":
+        return f"a[{int(arg)}]"
+    op = " && " if kind == "and" else " || "
+    return "(" + op.join(_c_condition(sub) for sub in arg) + ")"
+
+
+def _event_source(num: NumericSystem, prefix: str, hybrid: list[ca.Function] | None) -> tuple[dict, str, str]:
+    """(#defines, tables, C functions) of the events: the indicators, each condition as C, each event's reset."""
+    hy = getattr(num, "hybrid", None) if hybrid else None
+    if hy is None:
+        return {"HAS_EVENTS": 0, "NA": 0, "NEV": 0}, "", ""
+    nev, nx = len(hy.conditions), num.nx
+    where = {n: i for i, n in enumerate(num.x_names)}
+    mask = [0] * (nev * nx)
+    for j in range(nev):
+        for target in hy.targets[j]:
+            mask[j * nx + where[target]] = 1
+    tables = "\n".join([
+        _c_array((str(int(v)) for v in hy.strict), "int", "ATOM_STRICT"),
+        _c_array((str(int(v)) for v in hy.terminate), "int", "EV_TERMINATE"),
+        _c_array((str(int(r is not None)) for r in hy.resets), "int", "EV_HAS_RESET"),
+        _c_array((str(int(v)) for v in hy.lines), "int", "EV_LINE"),
+        _c_array((str(v) for v in mask), "int", "EV_RESETS"),
+    ])
+    cases = "\n".join(f"    case {j}: return {_c_condition(tree)};" for j, tree in enumerate(hy.conditions))
+    resets = "\n".join(f"    case {j}: fn = {prefix}reset_{j}; break;" for j in range(nev) if hy.resets[j] is not None)
+    code = f"""
+static int indicators_at(Inst *c, double t, const double *x, double *g) {{
+  c->arg[0] = &t; c->arg[1] = x; c->arg[2] = c->p; c->arg[3] = c->u;
+  c->res[0] = g;
+  if ({prefix}indicators(c->arg, c->res, c->iw, c->w, 0)) {{ say(c, fmi2Error, "event indicator evaluation failed"); return 1; }}
+  return 0;
+}}
+
+/* the condition of event j from the atoms' truth values a[] */
+static int cond_value(int j, const int *a) {{
+  switch (j) {{
+{cases}
+    default: return 0;
+  }}
+}}
+
+/* the state after event j's resets, every value read at (t, x) */
+static int reset_at(Inst *c, int j, double t, const double *x, double *xn) {{
+  int (*fn)(const casadi_real **, casadi_real **, casadi_int *, casadi_real *, int) = 0;
+  switch (j) {{
+{resets}
+    default: break;
+  }}
+  if (!fn) {{ if (NX) memcpy(xn, x, NX * sizeof(double)); return 0; }}
+  c->arg[0] = &t; c->arg[1] = x; c->arg[2] = c->p; c->arg[3] = c->u;
+  c->res[0] = xn;
+  if (fn(c->arg, c->res, c->iw, c->w, 0)) {{ say(c, fmi2Error, "event reset evaluation failed"); return 1; }}
+  return 0;
+}}
+"""
+    return {"HAS_EVENTS": 1, "NA": len(hy.strict), "NEV": nev}, tables, code
+
+
 def wrapper_source(num: NumericSystem, lay: FmuLayout, ev: ca.Function, fwd: ca.Function, prefix: str,
-                   guid: str, events: tuple[ca.Function, ca.Function] | None = None) -> str:
-    fns = [ev, fwd, *(events or ())]
+                   guid: str, events: tuple[ca.Function, ca.Function] | None = None,
+                   hybrid: list[ca.Function] | None = None) -> str:
+    fns = [ev, fwd, *(events or ()), *(hybrid or ())]
+    ev_consts, ev_tables, ev_code = _event_source(num, prefix, hybrid)
     sz = {k: max(getattr(f, k)() for f in fns) for k in ("sz_arg", "sz_res", "sz_iw", "sz_w")}
     consts = {
         "NX": num.nx, "NP": len(num.p_names), "NU": len(num.u_names), "NR": len(lay.report_rows),
@@ -351,6 +433,7 @@ def wrapper_source(num: NumericSystem, lay: FmuLayout, ev: ca.Function, fwd: ca.
         "SZ_ARG": max(sz["sz_arg"], 7), "SZ_RES": max(sz["sz_res"], 3), "SZ_IW": max(sz["sz_iw"], 1),
         "SZ_W": max(sz["sz_w"], 1),
         "HAS_SWITCHES": int(events is not None), "NSW": events[1].size1_out(0) if events else 0,
+        **ev_consts,
     }
     head = "\n".join(f"#define {k} {v}" for k, v in consts.items())
     tables = "\n".join([
@@ -360,10 +443,12 @@ def wrapper_source(num: NumericSystem, lay: FmuLayout, ev: ca.Function, fwd: ca.
         _c_array((_c_double(v) for v in num.p_default), "double", "P_START"),
         f'static const char GUID[] = "{guid}";',
         f"#define CS_STEP_DEFAULT {_c_double(DEFAULT_CS_STEP)}",
+        ev_tables,
     ])
     return (_C_WRAPPER
             .replace("@HEAD@", head)
             .replace("@TABLES@", tables)
+            .replace("@EVENTS@", ev_code)
             .replace("@EVAL@", f"{prefix}eval")
             .replace("@FWD@", f"{prefix}fwd")
             .replace("@MODES@", f"{prefix}modes" if events else "NULL")
@@ -457,6 +542,12 @@ typedef struct {
   casadi_real w[SZ_W];
   double k1[A1(NX)], k2[A1(NX)], k3[A1(NX)], k4[A1(NX)], xs[A1(NX)];
   double dx[A1(NX)], dp[A1(NP)], du[A1(NU)], dxdot[A1(NX)], dr[A1(NR)], dy[A1(NY)];
+  /* events (`when`): the atoms' truth values carried from the last event (or the start), the events a round's
+     resets made true, the event round at this instant */
+  int tr[A1(NA)], tr_new[A1(NA)], tr_mid[A1(NA)], fire[A1(NEV)], owner[A1(NX)];
+  int round, init_event, terminated;
+  double g[A1(NA)], gp[A1(NA)], gq[A1(NA)], ef[A1(NX)], ef2[A1(NX)], ex[A1(NX)], xr[A1(NX)], xn[A1(NX)];
+  double xa[A1(NX)], xb[A1(NX)];
 } Inst;
 
 static void say(Inst *c, fmi2Status st, const char *msg) {
@@ -540,6 +631,114 @@ static int refresh(Inst *c) {
   return 0;
 }
 
+#if HAS_EVENTS
+@EVENTS@
+#define EV_ZONE 1e-10 /* an indicator this close to zero (relative, plus absolute) is on its surface */
+#define EV_MAX_ROUNDS 100
+
+/* the indicators at t + h along a second-order (Heun) path of the flow from (t, x) */
+static int flow_point(Inst *c, double t, const double *x, double h, double *g) {
+  int i;
+  if (eval_at(c, t, x, c->ef, c->dr, c->dy)) return 1;
+  for (i = 0; i < NX; ++i) c->ex[i] = x[i] + h * c->ef[i];
+  if (eval_at(c, t + h, c->ex, c->ef2, c->dr, c->dy)) return 1;
+  for (i = 0; i < NX; ++i) c->ex[i] = x[i] + 0.5 * h * (c->ef[i] + c->ef2[i]);
+  return indicators_at(c, t + h, c->ex, g);
+}
+
+/* the truth of each atom at (t, x), read as `pdsl simulate` reads it: by the indicator's sign (g < 0, or g <= 0 when
+   not strict), except that an indicator within rounding of zero that the motion carries through zero below the
+   resolution of t (or that is exactly zero) counts on the side the motion goes to (dg/dt, or d2g/dt2 when that is
+   zero): a located crossing is on its new side, a rebound that starts a hair inside the region is outside */
+static int truth_at(Inst *c, double t, const double *x, int *tr) {
+  int k, near = 0;
+  double d, tau;
+  if (indicators_at(c, t, x, c->g)) return 1;
+  for (k = 0; k < NA; ++k) {
+    tr[k] = ATOM_STRICT[k] ? (c->g[k] < 0.0) : (c->g[k] <= 0.0);
+    if (fabs(c->g[k]) <= EV_ZONE * (1.0 + fabs(c->g[k]))) near = 1;
+  }
+  if (!near) return 0;
+  d = 1e-4 * fmax(1.0, fabs(t));
+  tau = 1e3 * 2.220446049250313e-16 * fmax(1.0, fabs(t));
+  if (flow_point(c, t, x, d, c->gp) || flow_point(c, t, x, -d, c->gq)) return 1;
+  for (k = 0; k < NA; ++k) {
+    double g = c->g[k], gdot, gddot;
+    if (!(fabs(g) <= EV_ZONE * (1.0 + fabs(g)))) continue;
+    gdot = (c->gp[k] - c->gq[k]) / (2.0 * d);
+    gddot = (c->gp[k] - 2.0 * g + c->gq[k]) / (d * d);
+    if (g != 0.0 && !(g * gdot < 0.0 && fabs(g) < fabs(gdot) * tau)) continue; /* its sign */
+    if (gdot != 0.0) tr[k] = gdot < 0.0;
+    else if (gddot != 0.0) tr[k] = gddot < 0.0;
+  }
+  return 0;
+}
+
+/* the events in c->fire: their resets read the state before this round and apply together */
+static int apply_round(Inst *c, int *changed, int *terminate) {
+  int i, j;
+  *changed = 0;
+  *terminate = 0;
+  for (i = 0; i < NX; ++i) { c->xr[i] = c->x[i]; c->owner[i] = -1; }
+  for (j = 0; j < NEV; ++j) {
+    if (!c->fire[j]) continue;
+    if (EV_TERMINATE[j]) *terminate = 1;
+    if (!EV_HAS_RESET[j]) continue;
+    if (reset_at(c, j, c->t, c->x, c->xn)) return 1;
+    for (i = 0; i < NX; ++i) {
+      if (!EV_RESETS[j * NX + i]) continue;
+      if (c->owner[i] >= 0) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "a state is reset twice at t = %.10g: by the events of lines %d and %d", c->t,
+                 EV_LINE[c->owner[i]], EV_LINE[j]);
+        say(c, fmi2Error, msg);
+        return 1;
+      }
+      c->owner[i] = j;
+      c->xr[i] = c->xn[i];
+      *changed = 1;
+    }
+  }
+  if (*changed) { if (NX) memcpy(c->x, c->xr, NX * sizeof(double)); c->dirty = 1; }
+  return 0;
+}
+
+/* one round of the event iteration at (c->t, c->x). The first round at an instant fires the events whose condition
+   went from false (the truth values carried from before) to true; a later round those that the previous round's
+   resets made true. *needed: another round is due */
+static int event_round(Inst *c, int *changed, int *terminate, int *needed) {
+  int j, any = 0;
+  *needed = 0;
+  if (c->round == 0) {
+    if (truth_at(c, c->t, c->x, c->tr_new)) return 1;
+    for (j = 0; j < NEV; ++j) c->fire[j] = cond_value(j, c->tr_new) && !cond_value(j, c->tr);
+    memcpy(c->tr, c->tr_new, sizeof(c->tr));
+  }
+  if (apply_round(c, changed, terminate)) return 1;
+  if (*terminate) c->terminated = 1;
+  if (*terminate || !*changed) { c->round = 0; return 0; }
+  if (truth_at(c, c->t, c->x, c->tr_new)) return 1;
+  for (j = 0; j < NEV; ++j) { c->fire[j] = cond_value(j, c->tr_new) && !cond_value(j, c->tr); any |= c->fire[j]; }
+  memcpy(c->tr, c->tr_new, sizeof(c->tr));
+  if (!any) { c->round = 0; return 0; }
+  if (++c->round >= EV_MAX_ROUNDS) {
+    say(c, fmi2Error, "100 rounds of events at one instant without an end: two events keep re-triggering each other");
+    c->round = 0;
+    return 1;
+  }
+  *needed = 1;
+  return 0;
+}
+
+/* the start: the truth values the first edges are read against (a condition true at the start does not fire) */
+static int events_start(Inst *c) {
+  c->round = 0;
+  c->init_event = 1;
+  c->terminated = 0;
+  return truth_at(c, c->t, c->x, c->tr);
+}
+#endif
+
 FMI_EXPORT const char *fmi2GetTypesPlatform(void) { return "default"; }
 FMI_EXPORT const char *fmi2GetVersion(void) { return "2.0"; }
 
@@ -597,7 +796,11 @@ FMI_EXPORT fmi2Status fmi2SetupExperiment(fmi2Component comp, fmi2Boolean tolDef
 
 FMI_EXPORT fmi2Status fmi2EnterInitializationMode(fmi2Component comp) { return comp ? fmi2OK : fmi2Error; }
 FMI_EXPORT fmi2Status fmi2ExitInitializationMode(fmi2Component comp) {
-  return comp ? (refresh((Inst *)comp) ? fmi2Error : fmi2OK) : fmi2Error;
+  if (!comp || refresh((Inst *)comp)) return fmi2Error;
+#if HAS_EVENTS
+  if (events_start((Inst *)comp)) return fmi2Error;
+#endif
+  return fmi2OK;
 }
 FMI_EXPORT fmi2Status fmi2Terminate(fmi2Component comp) { return comp ? fmi2OK : fmi2Error; }
 FMI_EXPORT fmi2Status fmi2Reset(fmi2Component comp) {
@@ -607,6 +810,9 @@ FMI_EXPORT fmi2Status fmi2Reset(fmi2Component comp) {
   c->t = 0.0;
   c->seg_start = 0.0;
   c->seg_end = INFINITY;
+  c->round = 0;
+  c->init_event = 0;
+  c->terminated = 0;
   return fmi2OK;
 }
 
@@ -716,7 +922,13 @@ FMI_EXPORT fmi2Status fmi2GetDirectionalDerivative(fmi2Component comp, const fmi
 }
 
 /* ---- Model Exchange */
-FMI_EXPORT fmi2Status fmi2EnterEventMode(fmi2Component comp) { return comp ? fmi2OK : fmi2Error; }
+FMI_EXPORT fmi2Status fmi2EnterEventMode(fmi2Component comp) {
+  if (!comp) return fmi2Error;
+#if HAS_EVENTS
+  ((Inst *)comp)->round = 0;
+#endif
+  return fmi2OK;
+}
 FMI_EXPORT fmi2Status fmi2NewDiscreteStates(fmi2Component comp, fmi2EventInfo *info) {
   Inst *c = (Inst *)comp;
   if (!c || !info) return fmi2Error;
@@ -726,6 +938,18 @@ FMI_EXPORT fmi2Status fmi2NewDiscreteStates(fmi2Component comp, fmi2EventInfo *i
   info->valuesOfContinuousStatesChanged = fmi2False;
   info->nextEventTimeDefined = fmi2False;
   info->nextEventTime = 0.0;
+#if HAS_EVENTS
+  if (c->init_event) { /* the initial event iteration: no event fires at the start */
+    c->init_event = 0;
+    if (truth_at(c, c->t, c->x, c->tr)) return fmi2Error;
+  } else {
+    int changed, terminate, needed;
+    if (event_round(c, &changed, &terminate, &needed)) return fmi2Error;
+    if (changed) info->valuesOfContinuousStatesChanged = fmi2True;
+    if (terminate) { info->terminateSimulation = fmi2True; return fmi2OK; }
+    if (needed) { info->newDiscreteStatesNeeded = fmi2True; return fmi2OK; }
+  }
+#endif
   c->seg_start = c->t;
   c->seg_end = INFINITY;
 #if HAS_SWITCHES
@@ -781,7 +1005,14 @@ FMI_EXPORT fmi2Status fmi2GetDerivatives(fmi2Component comp, fmi2Real d[], size_
   return fmi2OK;
 }
 FMI_EXPORT fmi2Status fmi2GetEventIndicators(fmi2Component comp, fmi2Real g[], size_t n) {
-  (void)g; return (comp && n == 0) ? fmi2OK : fmi2Error;
+  Inst *c = (Inst *)comp;
+  if (!c || n != NA) return fmi2Error;
+#if HAS_EVENTS
+  if (indicators_at(c, c->t, c->x, g)) return fmi2Error;
+#else
+  (void)g;
+#endif
+  return fmi2OK;
 }
 FMI_EXPORT fmi2Status fmi2GetContinuousStates(fmi2Component comp, fmi2Real x[], size_t n) {
   Inst *c = (Inst *)comp;
@@ -806,6 +1037,48 @@ FMI_EXPORT fmi2Status fmi2GetRealOutputDerivatives(fmi2Component c, const fmi2Va
   (void)c; (void)vr; (void)n; (void)order; (void)v; return fmi2Error;
 }
 
+/* one classical RK4 step of length dt from (t, x) to xo, the time conditions read at tm */
+static int rk4_step(Inst *c, double t, double dt, double tm, const double *x, double *xo) {
+  int i;
+  if (rates_at(c, t, tm, x, c->k1)) return 1;
+  for (i = 0; i < NX; ++i) c->xs[i] = x[i] + 0.5 * dt * c->k1[i];
+  if (rates_at(c, t + 0.5 * dt, tm, c->xs, c->k2)) return 1;
+  for (i = 0; i < NX; ++i) c->xs[i] = x[i] + 0.5 * dt * c->k2[i];
+  if (rates_at(c, t + 0.5 * dt, tm, c->xs, c->k3)) return 1;
+  for (i = 0; i < NX; ++i) c->xs[i] = x[i] + dt * c->k3[i];
+  if (rates_at(c, t + dt, tm, c->xs, c->k4)) return 1;
+  for (i = 0; i < NX; ++i) xo[i] = x[i] + dt / 6.0 * (c->k1[i] + 2.0 * c->k2[i] + 2.0 * c->k3[i] + c->k4[i]);
+  return 0;
+}
+
+#if HAS_EVENTS
+/* Co-Simulation: the RK4 step from (ta, c->xa) reached (tb, c->x). When an atom's truth changed in it, the first
+   change is located by bisection on the step (RK4 from ta to the trial time, to a relative 1e-15), the state is
+   put there and the events at that instant applied (all rounds). *t_event: where the step now ends (tb when
+   nothing changed) */
+static int cs_events(Inst *c, double ta, double tb, double tm, double *t_event) {
+  int k, changed, terminate, needed;
+  double lo = ta, hi = tb;
+  *t_event = tb;
+  if (truth_at(c, tb, c->x, c->tr_new)) return 1;
+  if (memcmp(c->tr_new, c->tr, sizeof(c->tr)) == 0) return 0;
+  for (k = 0; k < 200 && hi - lo > 1e-15 * (1.0 + fabs(hi)); ++k) {
+    double mid = 0.5 * (lo + hi);
+    if (rk4_step(c, ta, mid - ta, tm, c->xa, c->xb)) return 1;
+    if (truth_at(c, mid, c->xb, c->tr_mid)) return 1;
+    if (memcmp(c->tr_mid, c->tr, sizeof(c->tr)) != 0) hi = mid; else lo = mid;
+  }
+  if (hi < tb && rk4_step(c, ta, hi - ta, tm, c->xa, c->x)) return 1;
+  *t_event = hi;
+  c->t = hi;
+  c->round = 0;
+  do {
+    if (event_round(c, &changed, &terminate, &needed)) return 1;
+  } while (needed && !terminate);
+  return 0;
+}
+#endif
+
 FMI_EXPORT fmi2Status fmi2DoStep(fmi2Component comp, fmi2Real t0, fmi2Real H, fmi2Boolean noSetPrior) {
   Inst *c = (Inst *)comp;
   long steps, s;
@@ -813,6 +1086,10 @@ FMI_EXPORT fmi2Status fmi2DoStep(fmi2Component comp, fmi2Real t0, fmi2Real H, fm
   double h;
   (void)noSetPrior;
   if (!c) return fmi2Error;
+#if HAS_EVENTS
+  if (c->init_event) c->init_event = 0; /* Co-Simulation has no initial event iteration */
+  if (c->terminated) { say(c, fmi2Error, "fmi2DoStep: the simulation was terminated by an event"); return fmi2Error; }
+#endif
   if (!(H >= 0.0)) { say(c, fmi2Error, "fmi2DoStep: negative communication step"); return fmi2Error; }
   steps = (long)ceil(H / c->cs_step - 1e-9);
   if (steps < 1) steps = 1;
@@ -828,16 +1105,16 @@ FMI_EXPORT fmi2Status fmi2DoStep(fmi2Component comp, fmi2Real t0, fmi2Real H, fm
 #endif
       dt = seg_b - ta;
       tm = 0.5 * (ta + seg_b); /* conditions on t read in the middle of the segment, as `pdsl simulate` does */
-      if (rates_at(c, t, tm, c->x, c->k1)) return fmi2Error;
-      for (i = 0; i < NX; ++i) c->xs[i] = c->x[i] + 0.5 * dt * c->k1[i];
-      if (rates_at(c, t + 0.5 * dt, tm, c->xs, c->k2)) return fmi2Error;
-      for (i = 0; i < NX; ++i) c->xs[i] = c->x[i] + 0.5 * dt * c->k2[i];
-      if (rates_at(c, t + 0.5 * dt, tm, c->xs, c->k3)) return fmi2Error;
-      for (i = 0; i < NX; ++i) c->xs[i] = c->x[i] + dt * c->k3[i];
-      if (rates_at(c, t + dt, tm, c->xs, c->k4)) return fmi2Error;
-      for (i = 0; i < NX; ++i) c->x[i] += dt / 6.0 * (c->k1[i] + 2.0 * c->k2[i] + 2.0 * c->k3[i] + c->k4[i]);
+#if HAS_EVENTS
+      if (NX) memcpy(c->xa, c->x, NX * sizeof(double));
+#endif
+      if (rk4_step(c, t, dt, tm, c->x, c->x)) return fmi2Error;
       for (i = 0; i < NX; ++i)
         if (!isfinite(c->x[i])) { say(c, fmi2Error, "fmi2DoStep: the state is no longer finite"); return fmi2Error; }
+#if HAS_EVENTS
+      if (cs_events(c, ta, seg_b, tm, &seg_b)) return fmi2Error;
+      if (c->terminated) { c->t = seg_b; c->dirty = 1; return fmi2Discard; }
+#endif
       ta = seg_b;
     }
   }
@@ -856,6 +1133,9 @@ FMI_EXPORT fmi2Status fmi2GetRealStatus(fmi2Component c, const fmi2StatusKind s,
 FMI_EXPORT fmi2Status fmi2GetIntegerStatus(fmi2Component c, const fmi2StatusKind s, fmi2Integer *v) {
   (void)c; (void)s; (void)v; return fmi2Discard; }
 FMI_EXPORT fmi2Status fmi2GetBooleanStatus(fmi2Component c, const fmi2StatusKind s, fmi2Boolean *v) {
+#if HAS_EVENTS
+  if (c && s == fmi2Terminated && v) { *v = ((Inst *)c)->terminated ? fmi2True : fmi2False; return fmi2OK; }
+#endif
   (void)c; (void)s; (void)v; return fmi2Discard; }
 FMI_EXPORT fmi2Status fmi2GetStringStatus(fmi2Component c, const fmi2StatusKind s, fmi2String *v) {
   (void)c; (void)s; (void)v; return fmi2Discard; }
@@ -890,6 +1170,7 @@ def write_fmu(num: NumericSystem, out_path: str | Path, *, cc: str | None = None
     if num.rhs is None:
         raise PdslError.at("NotYetSupported", f"{num.system.name} is a DAE: the FMU target exports ODEs only",
                            num.system.span, hint="the C and CasADi targets export DAEs")
+    event_support(num, "fmu")
     compiler = cc or shutil.which("cc") or shutil.which("gcc")
     if not compiler:
         raise PdslError.at("CompilerFailure", "no C compiler found (cc or gcc): an FMU holds a compiled binary",
@@ -900,6 +1181,7 @@ def write_fmu(num: NumericSystem, out_path: str | Path, *, cc: str | None = None
     lay = layout(num)
     ev, fwd = _functions(num, lay, prefix)
     events = _time_events(num, prefix)
+    hybrid = _event_functions(num, prefix)
     deps = _dependencies(ev, lay)
     out.parent.mkdir(parents=True, exist_ok=True)
     from ..cache import sweep_temporaries, temporary_dir, temporary_file
@@ -912,11 +1194,11 @@ def write_fmu(num: NumericSystem, out_path: str | Path, *, cc: str | None = None
         tmp = build.resolve()
         src = tmp / "sources"
         src.mkdir()
-        generate_c([ev, fwd, *(events or ())], src, prefix)
+        generate_c([ev, fwd, *(events or ()), *(hybrid or ())], src, prefix)
         model_c = (src / "model.c").read_bytes()
         names = "\n".join(lay.names()).encode("utf-8")
         guid = _guid(model_c, names, np.asarray(num.x_start).tobytes(), np.asarray(num.p_default).tobytes())
-        (src / "fmu.c").write_text(wrapper_source(num, lay, ev, fwd, prefix, guid, events), encoding="utf-8")
+        (src / "fmu.c").write_text(wrapper_source(num, lay, ev, fwd, prefix, guid, events, hybrid), encoding="utf-8")
         bindir = tmp / "binaries" / folder
         bindir.mkdir(parents=True)
         _compile(compiler, bindir / f"{ident}{suffix}", src)
