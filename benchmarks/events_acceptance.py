@@ -356,6 +356,13 @@ def main():
         "written in the script without pdsl: the exact solution of the bouncing ball, and scipy `solve_ivp` (DOP853, "
         "rtol 1e-12, atol 1e-14, a terminal event restarted after each reset) for the pendulum and the slider-crank.",
         "",
+        "Findings: every integrator finds every event; the bounce times of the ball are exact to rounding with "
+        "CVODES/IDAS at rtol 1e-12, DOP853 and RK4; the slider-crank's reset of der(x) turns the crank back with it "
+        "(θ̇⁺ = −e θ̇⁻) and the velocity constraint holds to rounding after it; an elastic stop (e = 1) keeps the "
+        "kinetic energy to rounding in the energy pdsl logs for the event (the rows before the event carry the "
+        "integrator's drift c⁻, which pdsl projects away before the impulse); every Zeno run stops with `ZenoEvents` "
+        "within 1e-5 s of t∞ in a few seconds.",
+        "",
         "## 1. Bouncing ball against its exact solution",
         "",
         "models/bouncing_ball.phm (h0 = 1, v0 = 0, g = 9.81, e = 0.8), output grid 0 … 2 s every 0.01 s; "
