@@ -12,6 +12,15 @@ The FMU holds
   plus a hand-written FMI 2.0 wrapper (``fmu.c``) with a fixed-step RK4 solver for Co-Simulation;
 * ``binaries/<platform>/<id>.so``: the wrapper compiled for this platform.
 
+State events (``when``, LANGUAGE.md §11): the comparisons of the conditions are the FMI event indicators
+(``numberOfEventIndicators``, ``fmi2GetEventIndicators``: atom k is true where g_k < 0, or <= 0); each condition is
+generated as C over the atoms' truth values; ``fmi2NewDiscreteStates`` fires the events whose condition went from
+false (the truth values carried from the last event or the start) to true, applies their resets (read before the
+event) and asks for another round (``newDiscreteStatesNeeded``) when the resets made a condition true; an indicator
+within rounding of zero counts on the side the motion goes to, as in ``pdsl simulate``. Co-Simulation locates an
+atom's change by bisection on its RK4 step. Impulse resets (constrained models, shown columns as targets) are
+refused at compile time (``NotYetSupported``).
+
 Traps handled here:
 
 * a state may itself be called ``der(q1)`` (Lagrangian velocities): FMI's conventional derivative
