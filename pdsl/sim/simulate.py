@@ -447,7 +447,7 @@ def simulate(
         from .hybrid import MAX_EVENTS, integrate_events
 
         try:
-            grid, X, Z, log = integrate_events(num, grid, x_init, st, max_events=max_events or MAX_EVENTS,
+            grid, X, Z, log = integrate_events(num, grid, x_init, st, max_events=MAX_EVENTS if max_events is None else max_events,
                                                event_rows=event_rows)
         except PdslError as exc:  # a Zeno stop: the trajectory up to there travels with the error (the CLI writes it)
             rows = getattr(exc, "partial_rows", None)
