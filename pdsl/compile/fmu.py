@@ -401,7 +401,10 @@ def _event_source(num: NumericSystem, prefix: str, hybrid: list[ca.Function] | N
 static int indicators_at(Inst *c, double t, const double *x, double *g) {{
   c->arg[0] = &t; c->arg[1] = x; c->arg[2] = c->p; c->arg[3] = c->u;
   c->res[0] = g;
-  if ({prefix}indicators(c->arg, c->res, c->iw, c->w, 0)) {{ say(c, fmi2Error, "event indicator evaluation failed"); return 1; }}
+  if ({prefix}indicators(c->arg, c->res, c->iw, c->w, 0)) {{
+    say(c, fmi2Error, "event indicator evaluation failed");
+    return 1;
+  }}
   return 0;
 }}
 

@@ -63,8 +63,8 @@ def event_support(num: NumericSystem, target: str) -> None:
                 why = (f"`{r.target}` is a shown column, not a state: its reset is an impulse (the velocities "
                        "minimising the kinetic energy change), which the compiled targets do not implement yet")
             elif hy.velocity_rows is not None or constrained:
-                why = (f"the model has constraints: its reset of `{r.target}` needs the impulse rule and a projection onto the "
-                       "constraints, which the compiled targets do not implement yet")
+                why = (f"the model has constraints: its reset of `{r.target}` needs the impulse rule and a "
+                       "projection onto the constraints, which the compiled targets do not implement yet")
             if why:
                 raise PdslError.at("NotYetSupported", f"--target {target}: {hy.labels[j]}: {why}", r.span,
                                    "`pdsl simulate` handles this event; the compiled targets handle direct resets of "
