@@ -122,6 +122,9 @@ class _SundialsStepper:
         if xf[self.num.nx] > 0.5:
             return xf[: self.num.nx], zf, _Stop(ta + xf[self.num.nx + 1], xf[: self.num.nx], zf,
                                                int(round(xf[self.num.nx + 2])))
+        w0 = np.maximum(self._watched(ta, x, z, signs, offsets), 0.0)
+        if np.any((w0 >= 0) & (self._watched(tb, xf[: self.num.nx], zf, signs, offsets) < 0)):  # a missed root
+            return self._bracket().advance(ta, x, z, tb, signs, offsets)
         return xf[: self.num.nx], zf, None
 
 
@@ -160,12 +163,28 @@ class _SundialsStepper:
         X = np.asarray(res["xf"]).reshape(nx + 3, n)
         Z = np.asarray(res["zf"]).reshape(self.num.nz, n)
         rows = []
+        bracket = None
+        w_prev = np.maximum(self._watched(ta, x, z, signs, offsets), 0.0)
         for j in range(n):
             if X[nx, j] > 0.5:
                 stop = _Stop(ta + X[nx + 1, j], X[:nx, j].copy(), Z[:, j].copy(), int(round(X[nx + 2, j])))
                 return rows, stop.x, stop.z, stop
+            # a crossing the root functions did not report (CasADi 3.8 misses a root that falls exactly on an
+            # output time): located by bracketing inside this output interval
+            w = self._watched(float(ts[j]), X[:nx, j], Z[:, j], signs, offsets)
+            if np.any((w_prev >= 0) & (w < 0)):
+                t0_, x0_, z0_ = (rows[-1] if rows else (ta, x, z))
+                bracket = self._bracket().advance(t0_, x0_, z0_, float(ts[j]), signs, offsets)
+                if bracket[2] is not None:
+                    return rows, bracket[0], bracket[1], bracket[2]
+            w_prev = w
             rows.append((float(ts[j]), X[:nx, j].copy(), Z[:, j].copy()))
         return rows, rows[-1][1], rows[-1][2], None
+
+    def _watched(self, t, x, z, signs, offsets):
+        u = np.array([float(np.asarray(fn(t, x, self.st.p)).ravel()[0]) for fn in self.sigs]) if self.sigs else []
+        return np.asarray(self.hy.atoms(t, x, z if self.num.nz else self.num.z_start, self.st.p, u)).ravel() * signs \
+            + offsets
 
     def _block(self, n: int):
         F = self._blocks.get(n)
@@ -380,12 +399,28 @@ def integrate_events(num, grid, x0, st, *, max_events: int = MAX_EVENTS, event_r
     same_time = 0
     while k < len(grid):
         tb = float(grid[k])
-        signs, offsets, tr, cap = _watch(num, hy, t, x, z, tr, atoms, u_at, p)
+        signs, offsets, tr_now, cap = _watch(num, hy, t, x, z, tr, atoms, u_at, p)
+        rising = [j for j, (a, b) in enumerate(zip(cond_values(tr), cond_values(tr_now))) if b and not a]
+        tr = tr_now
+        if rising:  # a condition became true at a restart: a crossing that ended exactly on an output time
+            if event_rows == "both":
+                T_rows.append(t), X_rows.append(x.copy()), Z_rows.append(z.copy())
+            try:
+                x, tr, terminated = _act(num, st, hy, projector, t, x, z, rising, tr, truth, atoms, u_at, log,
+                                         max_events, same_time)
+            except PdslError as exc:
+                exc.partial_rows = (np.array(T_rows), np.array(X_rows), np.array(Z_rows), log)
+                raise
+            if event_rows in ("after", "both") or terminated:
+                T_rows.append(t), X_rows.append(x.copy()), Z_rows.append(z.copy())
+            if terminated:
+                log = EventLog(log.times, log.names, log.lines, log.energy_jumps, terminated, log.notes)
+                break
+            continue
         if cap < tb:  # to the apex of a bounce first (_watch)
             xb, zb, stop = stepper.advance(t, x, z, cap, signs, offsets)
             if stop is None:
                 t, x, z = cap, xb, (zb if num.nz else z)
-                tr = truth(atoms(t, x, z), keep=tr)
                 continue
         else:
             # on the grid, several output intervals in one integrator call (fewer restarts: faster, and CVODES
@@ -398,8 +433,7 @@ def integrate_events(num, grid, x0, st, *, max_events: int = MAX_EVENTS, event_r
             if rows:
                 t, x = float(rows[-1][0]), rows[-1][1].copy()
                 z = rows[-1][2].copy() if num.nz else z
-                tr = truth(atoms(t, x, z), keep=tr)
-            if stop is None:
+            if stop is None:  # the truth of the atoms is read at the next restart (_watch), edges fired there
                 continue
         te, xe, ze = _refine(num, st, hy, stop, u_at, p, t, signs[stop.atom])
         ze = ze if num.nz else z
@@ -453,9 +487,10 @@ def _watch(num, hy, t, x, z, tr, atoms, u_at, p):
     step can straddle the whole arc and the return starts strictly on the watched side."""
     g = atoms(t, x, z)
     zone = _ZONE * (1.0 + np.abs(g))
-    tr = list(tr)
     cap = math.inf
     near = np.abs(g) <= zone
+    # away from zero an atom's truth is its indicator's sign
+    tr = [bool(tr[k]) if near[k] else bool(g[k] < 0 if hy.strict[k] else g[k] <= 0) for k in range(len(g))]
     gdot = gddot = np.zeros(len(g))
     if near.any():
         u = u_at(t, x)
