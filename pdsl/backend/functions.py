@@ -64,6 +64,11 @@ class NumericSystem:
     x_declared: tuple[bool, ...] | None = None
     # the model's events (`when`): indicators, conditions, resets, the impulse's metric (pdsl.backend.hybrid)
     hybrid: object = None
+    # the switching functions of the dynamics on the state (lhs − rhs of a comparison in an `if`, the argument of
+    # sign/abs/min/max differences): (t, x, z, p, u) -> s, with their texts; what an integrator failure's
+    # diagnosis reads (a solution chattering on s = 0)
+    switching: ca.Function | None = None
+    switching_names: tuple[str, ...] = ()
 
     @property
     def nx(self) -> int:
@@ -84,6 +89,40 @@ class NumericSystem:
 # N = 100, 208k -> 119k instructions in ~1 s). Not smaller or implicit ones: merging changes the symbolic
 # Jacobian CVODES derives, which moved a tight energy-drift check (rigid rotor, rtol 1e-11) by 2x.
 _CSE_FROM = 20_000
+
+
+def _switching(system, laws, time_only, c, args):
+    """The switching functions on the state of the dynamics: a comparison's lhs − rhs (not those on t alone, which are
+    located before integrating), the argument of sign, abs, and of min/max (the difference of their two arguments)."""
+    import sympy as sp
+
+    rows = [e.lhs - e.rhs for e in system.differential + system.algebraic]
+    if laws:
+        rows = [r.xreplace(laws) for r in rows]
+    states = {st.symbol for st in system.states} | {a.symbol for a in system.algebraics}
+    found: dict = {}
+    seen: set = set()
+    stack = list(rows)
+    timeish = set(time_only)
+    while stack:
+        e = stack.pop()
+        if not isinstance(e, sp.Basic) or e in seen or e.is_Atom:
+            continue
+        seen.add(e)
+        stack.extend(e.args)
+        if not (e.free_symbols & states) or e in timeish:
+            continue
+        if isinstance(e, sp.core.relational.Relational) and not isinstance(e, sp.Eq | sp.Ne):
+            found.setdefault(e.lhs - e.rhs, f"{e}")
+        elif isinstance(e, sp.sign | sp.Abs):
+            found.setdefault(e.args[0], f"{e}")
+        elif isinstance(e, sp.Min | sp.Max) and len(e.args) == 2:
+            found.setdefault(e.args[0] - e.args[1], f"{e}")
+    if not found:
+        return None, ()
+    keys = sorted(found, key=sp.default_sort_key)
+    fn = ca.Function("switching", list(args), [ca.vertcat(*[c(k) for k in keys])], ["t", "x", "z", "p", "u"], ["s"])
+    return fn, tuple(found[k] for k in keys)
 
 
 def to_casadi(system: SymbolicSystem, *, seed: int = 0, kind: str | None = None) -> NumericSystem:
@@ -199,12 +238,15 @@ def to_casadi(system: SymbolicSystem, *, seed: int = 0, kind: str | None = None)
     )
     rels = relationals([e.lhs - e.rhs for e in system.differential + system.algebraic] + list(laws.values()))
     n_time = len(time_conditions(list(rels), {q.symbol for q in system.params})) if rels else 0
+    switching, switching_names = _switching(system, laws, conditions, c, (t, x, z, p, u))
     hybrid = None
     if system.events:
         from .hybrid import hybrid_functions
 
         hybrid = hybrid_functions(system, c, T, (t, x, z, p, u))
     return NumericSystem(
+        switching=switching,
+        switching_names=switching_names,
         hybrid=hybrid,
         state_conditions=len(rels) - n_time,
         x_declared=tuple(s.start is not None for s in system.states),

@@ -332,6 +332,7 @@ class _Setup:
     rhs: object = None  # pdsl.sim.compiled.RhsPlan: VM or compiled C (CVODES/IDAS), decided by the first integrator
     iteration: str = ""  # CVODES Adams: "newton" or "functional" (FUNCTIONAL_FROM)
     counts: dict = field(default_factory=dict)  # native integrators: evaluations and steps, summed over runs
+    start: tuple | None = None  # (t0, x0) of the (first) run: what a failure's diagnosis integrates from
 
 
 def _setup(num, params, inputs, integrator, rtol, atol, substeps, stabilize, compile="auto") -> _Setup:
@@ -442,6 +443,7 @@ def simulate(
         info["projection"] = proj
     st, extra = _apply_gains(num, st, x_init[None, :], grid, baumgarte_alpha, baumgarte_beta, params)
     st = _locate_switches(num, st, grid)
+    st = replace(st, start=(float(grid[0]), np.array(x_init, dtype=float)))
     info.update(extra)
     if num.hybrid is not None:  # events (`when`): integrate from event to event (pdsl.sim.hybrid)
         from .hybrid import MAX_EVENTS, integrate_events
@@ -494,6 +496,7 @@ def simulate_batch(
     st = _setup(num, params, inputs, integrator, rtol, atol, substeps, stabilize, compile)
     st, extra = _apply_gains(num, st, np.atleast_2d(x0s), grid, baumgarte_alpha, baumgarte_beta, params)
     st = _locate_switches(num, st, grid)
+    st = replace(st, start=(float(grid[0]), np.array(np.atleast_2d(x0s)[0], dtype=float)))
     if num.hybrid is not None:  # events: one run after another (each from event to event, pdsl.sim.hybrid)
         from .hybrid import integrate_events
 
@@ -865,6 +868,15 @@ def _failure(num, st, exc, out=None, steps: int | None = None, pace: str = "") -
     at = _AT_T.findall(said)
     where = f" at t = {at[-1]}" if at else ""
     hint = "check the initial state and parameters (a singular mass matrix or an escape to infinity?), or loosen --rtol"
+    measured = _diagnose(num, st, float(at[-1])) if at and st.start is not None else None
+    if measured is not None:  # what the state near the failure shows: chattering, a blow-up, stiffness
+        why, hint = measured
+        if "t + h = t" in said:
+            why += " (the step size fell below the resolution of t: t + h = t)"
+        if pace:
+            why = f"{pace}; {why}"
+        return PdslError.at("IntegratorFailure", f"{st.integrator} failed on {num.system.name}{where}: {why}",
+                            num.system.span, hint)
     if flag:
         name = flag.group(1)
         if name.endswith("TOO_MUCH_WORK"):
@@ -886,6 +898,75 @@ def _failure(num, st, exc, out=None, steps: int | None = None, pace: str = "") -
         why = _first_line(exc)
     return PdslError.at("IntegratorFailure", f"{st.integrator} failed on {num.system.name}{where}: {why}",
                         num.system.span, hint)
+
+
+def _diagnose(num, st, t_fail: float) -> tuple[str, str] | None:
+    """(why, hint) measured on the state just before ``t_fail`` (re-integrated from st.start, bounded): the solution
+    sitting on a switching surface (chattering: Coulomb friction sticking), a state that grew without bound (a
+    finite-time blow-up), or a Jacobian far stiffer than the run (Adams on a stiff problem); None when none shows."""
+    from .. import quiet
+
+    t0, x0 = st.start
+    if not (math.isfinite(t_fail) and t_fail > t0) or num.nz:
+        return None
+    T = ca.SX if num.kind == "SX" else ca.MX
+    t, x, P = T.sym("t"), T.sym("x", num.nx), T.sym("p", len(st.p))
+    sigs = [st.inputs[n].fn for n in num.u_names]
+    u = ca.vertcat(*[fn(t, x, P) for fn in sigs]) if sigs else T(0, 1)
+    xdot = num.dae(t, x, T(0, 1), P, u)[0]
+    x_near = t_near = None
+    for frac in (1e-4, 1e-3, 1e-2, 1e-1):
+        t_try = t_fail - frac * (t_fail - t0)
+        try:
+            with quiet.capture(tally=False):
+                F = ca.integrator("diagnose", "cvodes", {"t": t, "x": x, "p": P, "ode": xdot}, t0, [t_try],
+                                  {"max_num_steps": 50_000, "reltol": max(st.rtol, 1e-6), "abstol": max(st.atol, 1e-8),
+                                   "show_eval_warnings": False, "linear_multistep_method": "bdf"})
+                x_near, t_near = np.asarray(F(x0=x0, p=st.p)["xf"]).ravel(), t_try
+            break
+        except RuntimeError:
+            continue
+    if x_near is None or not np.all(np.isfinite(x_near)):
+        return None
+    uu = np.array([float(np.asarray(fn(t_near, x_near, st.p)).ravel()[0]) for fn in sigs]) if sigs else np.zeros(0)
+    scale = 1.0 + float(np.max(np.abs(x_near)))
+    if num.switching is not None:
+        sv = np.asarray(num.switching(t_near, x_near, np.zeros(0), st.p, uu)).ravel()
+        k = int(np.argmin(np.abs(sv)))
+        if abs(sv[k]) <= 1e-4 * scale:
+            # which way the field points on each side of the surface: ṡ = ∇s·f just above and just below it
+            zz = T(0, 1)
+            s_k = num.switching(t, x, zz, P, u)[k]
+            grad = np.asarray(ca.Function("g", [t, x, P], [ca.gradient(s_k, x)])(t_near, x_near, st.p)).ravel()
+            rate = ca.Function("r", [t, x, P], [ca.dot(ca.gradient(s_k, x), xdot)])
+            d = 1e-6 * scale
+            n2 = float(grad @ grad) or 1.0
+            up = float(rate(t_near, x_near + (d - sv[k]) * grad / n2, st.p))
+            down = float(rate(t_near, x_near + (-d - sv[k]) * grad / n2, st.p))
+            attractive = up < 0 < down
+            return (f"the solution reached the switching surface of `{num.switching_names[k]}` (its argument is "
+                    f"{sv[k]:.2g} at t = {t_near:.6g}) and chatters on it: "
+                    + ("the field points into the surface from both sides (ds/dt = "
+                       f"{up:.3g} above, {down:.3g} below), so the solution should slide along it, which no step can "
+                       "follow" if attractive else f"ds/dt = {up:.3g} above it, {down:.3g} below it"),
+                    ("sticking (Coulomb friction, a relay): " if attractive else "")
+                    + "smooth the switch (tanh(v/eps), smoothstep) or model the sticking with events (`when`); "
+                    "loosening --rtol only hides the error")
+    growth = np.abs(x_near) / np.maximum(1.0, np.abs(x0))
+    i = int(np.argmax(growth))
+    if growth[i] > 1e3:
+        return (f"`{num.x_names[i]}` grew from {x0[i]:.4g} to {x_near[i]:.4g} by t = {t_near:.6g}: the solution "
+                f"escapes to infinity (a finite-time blow-up near t = {t_fail:.6g})",
+                f"end the simulation before t = {t_fail:.6g} (--t-end), or check the model's signs and parameters")
+    J = np.asarray(ca.Function("J", [t, x, P], [ca.jacobian(xdot, x)])(t_near, x_near, st.p)).reshape(num.nx, num.nx)
+    if np.all(np.isfinite(J)) and num.nx:
+        lam = np.linalg.eigvals(J)
+        fast = float(np.max(-lam.real))
+        if fast > 0 and fast * (t_fail - t0) > 1e4 and st.integrator == "cvodes":
+            return (f"the problem is stiff: at t = {t_near:.6g} the Jacobian has an eigenvalue {-fast:.3g} (time scale "
+                    f"{1 / fast:.2g}) against a run of {t_fail - t0:.3g}: the non-stiff Adams method needs steps that "
+                    "small", "use --integrator cvodes-bdf")
+    return None
 
 
 def _quiet_call(num, st, fn, *args):

@@ -85,6 +85,8 @@ def test_chattering_sign_is_located_with_no_stray_line(tmp_path, capfd, budgets)
     lines = err.splitlines()
     assert lines[0].startswith(str(tmp_path / "m.phm") + ":1:1: error[IntegratorFailure]")
     assert "steps" in lines[0] and "towards the output time 0.01" in lines[0]
+    # the cause, measured on the state near the failure: the switching surface and the field on both sides
+    assert "switching surface of `sign(" in lines[0] and "points into the surface from both sides" in lines[0]
     # the solver's own line is only quoted in the note, never on a line of its own
     assert not any(ln.startswith("At t =") for ln in lines)
     assert lines[-1].startswith("note:") and "mxstep" in lines[-1]
