@@ -274,6 +274,11 @@ class _Row:
     residual: sp.Expr
     origin: Span
     label: str
+    velocity: sp.Expr | None = None  # a velocity row A(x, t)·ẋ = 0, in der(x) symbols (its residual is 0)
+
+    @property
+    def holonomic(self) -> bool:
+        return self.velocity is None
 
 
 def _sq_distance(diff) -> sp.Expr:
@@ -308,17 +313,35 @@ def _connector_rows(c: Connector, bodies: dict[str, Body], space: int) -> list[_
         if c.kind == "hinge":
             rows += _hinge_axis_rows(c, bodies, space)
         return rows
+    if c.kind == "slider":
+        return _slider_rows(c, bodies, space, diff)
     return []  # springs and dampers are not constraints
 
 
-def _hinge_axis(c: Connector) -> sp.Matrix:
-    """The constant hinge axis u (local coordinates of each body it attaches, world coordinates for ground)."""
+def _slider_rows(c: Connector, bodies: dict[str, Body], space: int, diff) -> list[_Row]:
+    """B on the line through A along u (fixed in A's frame): (R_A w_k)·(A − B) = 0 for an orthonormal basis w_k of
+    u^⊥ — linear when A is fixed (R_A = I), bilinear (X_A Δw_k)·(A − B) when A is a point of a rigid body."""
+    u = _hinge_axis(c, "slider")
+    w = _axis_complement(u)
+    if c.a.body is None:
+        across = [list(wk) for wk in w]
+    else:
+        body = bodies[c.a.body]
+        across = [_rotated(body, list(wk)) for wk in w]
+    return [_Row(residual=sp.Add(*(a * e for a, e in zip(wk, diff))), origin=c.span,
+                 label=f"{_pair_label(c)} (across the axis{'' if len(w) == 1 else f', {k + 1}'})")
+            for k, wk in enumerate(across)]
+
+
+def _hinge_axis(c: Connector, what: str = "hinge") -> sp.Matrix:
+    """The constant hinge (or slider) axis u (local coordinates of each body it attaches, world coordinates for ground)."""
     u = sp.Matrix(c.axis)
     if any(S.as_expr(e).free_symbols for e in u):
-        raise PdslError.at("NotConstant", "the hinge axis must be a constant vector (it fixes which constraint rows "
+        raise PdslError.at("NotConstant", f"the {what} axis must be a constant vector (it fixes which constraint rows "
                            "are independent)", c.span, "write the axis with numbers, e.g. axis = [0, 0, 1]")
     if all(e == 0 for e in u):
-        raise PdslError.at("BadHinge", "the hinge axis is the zero vector", c.span, "give the rotation axis, e.g. axis = [0, 0, 1]")
+        code = "BadHinge" if what == "hinge" else "BadSlider"
+        raise PdslError.at(code, f"the {what} axis is the zero vector", c.span, "give the axis, e.g. axis = [0, 0, 1]")
     scale = max(abs(e) for e in u)
     if not sp.Float(1e-8) <= scale <= sp.Float(1e8):  # only its direction matters: keep the rows' numbers moderate
         u = u / scale
@@ -380,11 +403,59 @@ def _hinge_axis_rows(c: Connector, bodies: dict[str, Body], space: int) -> list[
     return [_Row(residual=r, origin=c.span, label=f"{_pair_label(c)} (axis, across {k + 1})") for k, r in enumerate(residuals)]
 
 
-def _constraint_rows(model: Model) -> list[_Row]:
+def _constraint_rows(model: Model, layout: _Layout | None = None) -> list[_Row]:
     rows = [r for body in model.bodies for r in _rigidity_rows(body)]
     bodies = {b.name: b for b in model.bodies}
     for c in model.connectors:
         rows.extend(_connector_rows(c, bodies, model.space))
+    if layout is not None:
+        rows.extend(_explicit_rows(model, layout))
+    return rows
+
+
+def _explicit_rows(model: Model, layout: _Layout) -> list[_Row]:
+    """``constraint`` statements on body coordinates (LANGUAGE.md §3): holonomic rows Φ(x, t) = 0 (drivers may
+    depend on t) and velocity rows A(x, t)·ẋ = 0 (Lagrange–d'Alembert), checked to use only body coordinates,
+    parameters and t."""
+    coords = set(layout.coords)
+    rates = {S.der(x) for x in coords}
+    params = {q.symbol for q in model.params}
+    inputs = {i.symbol for i in model.inputs}
+    rows, diags = [], Collector()
+    for n, c in enumerate(model.constraints, start=1):
+        residual = S.as_expr(c.residual)
+        free = residual.free_symbols
+        undefined = residual.atoms(sp.core.function.AppliedUndef)
+        if undefined:
+            diags.error("NotYetSupported", "a constraint on bodies through a neural network or an undefined function",
+                        c.span, "write the constraint with body coordinates, parameters and t")
+            continue
+        used_inputs = free & inputs
+        if used_inputs:
+            names = ", ".join(sorted(f"`{x}`" for x in used_inputs))
+            diags.error("NotYetSupported", f"a constraint on bodies that depends on the input {names}: a driven "
+                        "constraint needs its first and second time derivatives", c.span,
+                        "drive it by a function of t (constraint b.x = r*cos(w*t)), or apply the input as a force")
+            continue
+        other = free - coords - rates - params - {S.TIME}
+        if other or not free & (coords | rates):
+            if other:
+                names = ", ".join(sorted(f"`{x}`" for x in other))
+                msg = f"this constraint uses {names}, which {'is' if len(other) == 1 else 'are'} not a body coordinate"
+            else:
+                msg = "this constraint does not involve any body coordinate (it constrains nothing that moves)"
+            diags.error("NotABodyCoordinate", msg + ": in a model of bodies a `constraint` restricts the bodies' "
+                        "positions or velocities", c.span,
+                        "constrain a body coordinate or a point: constraint b.y = 0, constraint r.at([0.1, 0]).x = 0, "
+                        "constraint b.vx = 0")
+            continue
+        if c.kind == "holonomic":
+            if free & rates:  # cannot happen: classified holonomic
+                continue
+            rows.append(_Row(residual=residual, origin=c.span, label=f"constraint {n}"))
+        else:
+            rows.append(_Row(residual=_ZERO, origin=c.span, label=f"velocity constraint {n}", velocity=residual))
+    diags.raise_if_any()
     return rows
 
 
@@ -462,7 +533,12 @@ def _generalized_force(model: Model, layout: _Layout, velocity, position) -> Spa
 # ======================================================================= constraint data
 @record
 class _Constraints:
-    """Sparse DΦ, W = M⁻¹DΦᵀ (columns), K = ∂(DΦ v)/∂x, the curvature (DΦ v)ₓ·v and G = DΦ M⁻¹ DΦᵀ."""
+    """Sparse DΦ, W = M⁻¹DΦᵀ (columns), K = ∂ψ/∂x, the curvature and G = DΦ M⁻¹ DΦᵀ.
+
+    Per row, ψ = DΦ v + Φ_t is its velocity level (ψ = A v for a velocity row A(x, t)·ẋ = 0, whose D is A);
+    ``curvature`` = K·v + ∂ψ/∂t, so that ψ̇ = DΦ v̇ + curvature: for a fixed constraint (DΦ v)ₓ·v, for a driver
+    Φ(x, t) also 2 DΦ_t·v + Φ_tt. ``phi_t`` is Φ_t (0 for velocity rows and fixed constraints).
+    """
 
     rows: tuple[_Row, ...]
     D: tuple[SparseVec, ...]
@@ -470,21 +546,44 @@ class _Constraints:
     K: tuple[SparseVec, ...]
     curvature: tuple[sp.Expr, ...]
     G: dict  # (k, l) -> expr, k ≥ l and structurally non-zero; symmetric
+    phi_t: tuple[sp.Expr, ...] = ()
+
+    def velocity_level(self, k: int, velocity) -> sp.Expr:
+        """ψ_k = DΦ_k·v + Φ_t,k (Φ̇ of a holonomic row, A v of a velocity row)."""
+        return _dot(self.D[k], velocity) + (self.phi_t[k] if self.phi_t else _ZERO)
+
+
+def _velocity_row(row: _Row, coords, position) -> SparseVec:
+    """A of a velocity row: the coefficient of der(x_j) in A(x, t)·ẋ."""
+    rates = {S.der(x): j for j, x in enumerate(coords)}
+    out = {}
+    for r, j in sorted(((r, rates[r]) for r in row.velocity.free_symbols if r in rates), key=lambda e: e[1]):
+        g = sp.diff(row.velocity, r)
+        if g != 0:
+            out[j] = g
+    return out
 
 
 def _constraint_data(layout: _Layout, rows: list[_Row], velocity, position) -> _Constraints:
     coords = layout.coords
-    D = [_poly_grad(r.residual, coords, position) for r in rows]
+    D = [_poly_grad(r.residual, coords, position) if r.holonomic else _velocity_row(r, coords, position) for r in rows]
     W = [_minv_apply(layout, Dk) for Dk in D]
-    K, curvature = [], []
-    for Dk in D:  # K_k[j] = Σ_i ∂(DΦ_k)_i/∂x_j v_i (the Hessian of Φ_k is constant for links and joints)
+    K, curvature, phi_t = [], [], []
+    for r, Dk in zip(rows, D):  # K_k[j] = Σ_i ∂(DΦ_k)_i/∂x_j v_i (the Hessian of Φ_k is constant for links and joints)
         acc: dict[int, list] = {}
         for i, g in Dk.items():
             for j, h in _poly_grad(g, coords, position).items():
                 acc.setdefault(j, []).append(h * velocity[i])
+        ft = sp.diff(r.residual, S.TIME) if S.TIME in r.residual.free_symbols else _ZERO
+        for j, h in _poly_grad(ft, coords, position).items():  # ∂Φ_t/∂x: a driver's ψ = DΦ v + Φ_t
+            acc.setdefault(j, []).append(h)
         Kk = {j: e for j, e in ((j, sp.Add(*ts)) for j, ts in sorted(acc.items())) if e != 0}
         K.append(Kk)
-        curvature.append(_dot(Kk, velocity))
+        # ∂ψ/∂t = (∂DΦ/∂t)·v + Φ_tt
+        psi_t = sp.Add(*(sp.diff(g, S.TIME) * velocity[i] for i, g in Dk.items() if S.TIME in g.free_symbols))
+        psi_t += sp.diff(ft, S.TIME) if ft != 0 else _ZERO
+        curvature.append(_dot(Kk, velocity) + psi_t)
+        phi_t.append(ft)
     G = {}
     for k in range(len(rows)):
         for l in range(k + 1):
@@ -492,7 +591,8 @@ def _constraint_data(layout: _Layout, rows: list[_Row], velocity, position) -> _
                 e = _dot(D[k], W[l])
                 if e != 0:
                     G[(k, l)] = e
-    return _Constraints(rows=tuple(rows), D=tuple(D), W=tuple(W), K=tuple(K), curvature=tuple(curvature), G=G)
+    return _Constraints(rows=tuple(rows), D=tuple(D), W=tuple(W), K=tuple(K), curvature=tuple(curvature), G=G,
+                        phi_t=tuple(phi_t))
 
 
 # ======================================================================= singular constraints
@@ -580,6 +680,7 @@ def _check_singular(model: Model, layout: _Layout, data: _Constraints) -> None:
     if not rows:
         return
     subs = {p.symbol: sp.Float(p.default) for p in model.params}
+    subs[S.TIME] = sp.Float(0)  # drivers Φ(x, t): checked at t = 0
     phi = [r.residual.xreplace(subs) for r in rows]
     entries = [(k, j, g.xreplace(subs)) for k, Dk in enumerate(data.D) for j, g in Dk.items()]
     extra = set().union(*(e.free_symbols for e in phi)) - set(layout.coords)
@@ -605,7 +706,8 @@ def _check_singular(model: Model, layout: _Layout, data: _Constraints) -> None:
         np.add.at(J, (ks, js), f_jac(x))
         return J
 
-    x = _generic_configuration(layout, f_phi, jac_fn)
+    hol = np.array([k for k in range(C) if rows[k].holonomic], dtype=int)  # velocity rows have no position level
+    x = _generic_configuration(layout, lambda x: f_phi(x)[hol], lambda x: jac_fn(x)[hol])
     for k, value in enumerate(f_phi(x)):
         if not np.isfinite(value):
             raise _overflow(f"the residual of {rows[k].label}", rows[k].origin, value)
@@ -763,7 +865,7 @@ def _baumgarte_terms(data: _Constraints, velocity, gains) -> list[sp.Expr]:
     if gains is None:
         return [_ZERO] * len(data.rows)
     alpha, beta = gains
-    return [2 * alpha * _dot(data.D[k], velocity) + beta**2 * data.rows[k].residual for k in range(len(data.rows))]
+    return [2 * alpha * data.velocity_level(k, velocity) + beta**2 * data.rows[k].residual for k in range(len(data.rows))]
 
 
 def _lagrangian_system(model, layout, rows, terms_V, position, gains=None):
@@ -816,32 +918,39 @@ def _hamiltonian_system(model, layout, rows, terms_V, position, gains=None):
     if gains is not None:
         states, multipliers, lin = _hamiltonian_baumgarte(layout, data, pos, mom, v, f, a, gains)
         return states, multipliers, lin, _kinetic_momentum(layout, p) + sp.Add(*terms_V)
+    hol = [k for k in range(C) if rows[k].holonomic]  # μ₂ (the projection) only for position-level rows
+    H = len(hol)
     mu1 = [S.multiplier(k + 1) for k in range(C)]
-    mu2 = [S.multiplier(C + k + 1) for k in range(C)]
+    mu2_of = {k: S.multiplier(C + h + 1) for h, k in enumerate(hol)}
+    mu2 = [mu2_of[k] for k in hol]
     eta1 = [sp.Dummy(f"eta{k + 1}", real=True) for k in range(C)]
-    eta2 = [sp.Dummy(f"eta{C + k + 1}", real=True) for k in range(C)]
+    eta2 = [sp.Dummy(f"eta{C + h + 1}", real=True) for h in range(H)]
     lin: list[_LinRow] = []
     for i in range(n):
-        coeffs = [(pos[i].rate, sp.Integer(1))] + [(mu2[k], -data.W[k][i]) for k in range(C) if i in data.W[k]]
+        coeffs = [(pos[i].rate, sp.Integer(1))] + [(mu2_of[k], -data.W[k][i]) for k in hol if i in data.W[k]]
         lin.append(_LinRow(coeffs=tuple(coeffs), rhs=v[i], origin=pos[i].span, label=f"∂H/∂{mom[i].name} (+ projection)"))
     for i in range(n):
         coeffs = [(mom[i].rate, sp.Integer(1))]
         coeffs += [(mu1[k], data.D[k][i]) for k in range(C) if i in data.D[k]]
-        coeffs += [(mu2[k], data.K[k][i]) for k in range(C) if i in data.K[k]]
+        coeffs += [(mu2_of[k], data.K[k][i]) for k in hol if i in data.K[k]]
         lin.append(_LinRow(coeffs=tuple(coeffs), rhs=f.get(i, _ZERO), origin=mom[i].span, label=f"−∂H/∂{x[i].name} + F (+ projection)"))
     if C:
+        if H:
+            sub = {(a, b): data.G[(hol[a], hol[b])] for a in range(H) for b in range(a + 1) if (hol[a], hol[b]) in data.G}
+            factor2 = _ldl(H, sub)
+            # G μ₂ = −DΦ M⁻¹p − Φ_t  (position level: keeps Φ̇ = DΦ ẋ + Φ_t = 0)
+            rhs2 = [([], -data.velocity_level(k, v)) for k in hol]
+            lin += _solve_rows(factor2, tuple(rows[k] for k in hol), rhs2, mu2, eta2,
+                               "multiplier μ₂ (position level, projection)")
         factor = _ldl(C, data.G)
-        # G μ₂ = −DΦ M⁻¹p  (position level: keeps DΦ ẋ = 0)
-        rhs2 = [([], -_dot(data.D[k], v)) for k in range(C)]
-        lin += _solve_rows(factor, data.rows, rhs2, mu2, eta2, "multiplier μ₂ (position level, projection)")
-        # G μ₁ = K M⁻¹p + DΦ M⁻¹f + S μ₂,  S_kl = K_k·W_l − W_k·K_l  (velocity level)
+        # G μ₁ = K M⁻¹p + DΦ M⁻¹f + S μ₂ + ∂ψ/∂t,  S_kl = K_k·W_l − W_k·K_l  (velocity level; velocity rows too)
         rhs1 = []
         for k in range(C):
             unknown = []
-            for l in range(C):
+            for l in hol:
                 s_kl = _dot(data.K[k], data.W[l]) - _dot(data.W[k], data.K[l])
                 if s_kl != 0:
-                    unknown.append((mu2[l], s_kl))
+                    unknown.append((mu2_of[l], s_kl))
             rhs1.append((unknown, data.curvature[k] + _dot(data.D[k], a)))
         lin += _solve_rows(factor, data.rows, rhs1, mu1, eta1, "multiplier μ₁ (velocity level, projection)")
     energy = _kinetic_momentum(layout, p) + sp.Add(*terms_V)
@@ -903,6 +1012,21 @@ def _check_no_generalized_variables(model: Model) -> None:
     diags.raise_if_any()
 
 
+def _check_constraints_on_bodies(model: Model) -> None:
+    """A `constraint` mixing generalized coordinates (`coord`) and bodies is not lowered (LANGUAGE.md §3)."""
+    generalized = {v.symbol for kind in ("coord", "momentum") for v in model.variables_of(kind)}
+    if not generalized:
+        return
+    generalized |= {S.der(x) for x in generalized}
+    diags = Collector()
+    for c in model.constraints:
+        if S.as_expr(c.residual).free_symbols & generalized:
+            diags.error("NotYetSupported", "a constraint between generalized coordinates (`coord`) and bodies",
+                        c.span, "describe the whole mechanism with bodies (constraints on b.x, b.y, …), "
+                        "or write it in generalized coordinates with a `lagrangian`")
+    diags.raise_if_any()
+
+
 def lower_cartesian(model: Model, formulation: str = "hamiltonian", *, stabilize: str = "none") -> SymbolicSystem:
     """Lower a model of Cartesian bodies with explicit constraints to the IR (Eq. 6 or Eq. 7).
 
@@ -914,12 +1038,14 @@ def lower_cartesian(model: Model, formulation: str = "hamiltonian", *, stabilize
     if stabilize not in STABILIZATIONS:
         raise PdslError.at("BadOption", f"unknown constraint stabilisation `{stabilize}`", model.span,
                            "one of: " + ", ".join(STABILIZATIONS))
-    check_no_unsupported(model, {"gravity", "potentials", "forces", "connectors", "generalized_forces"}, "Cartesian")
+    check_no_unsupported(model, {"gravity", "potentials", "forces", "connectors", "generalized_forces", "constraints"},
+                         "Cartesian")
+    _check_constraints_on_bodies(model)
     _check_no_generalized_variables(model)
     resolve_input_laws(model)
     layout = _layout(model)
     position = {s: i for i, s in enumerate(layout.coords)}
-    rows = _constraint_rows(model)
+    rows = _constraint_rows(model, layout)
     _check_counts(layout, rows)
     terms_V = _potential_terms(model, layout)
     if stabilize == "baumgarte" and not rows:
@@ -944,7 +1070,7 @@ def lower_cartesian(model: Model, formulation: str = "hamiltonian", *, stabilize
         algebraic=(),
         energy=energy,
         energy_origin=model.span,
-        constraints=tuple(Constraint(residual=r.residual, origin=r.origin, label=r.label) for r in rows),
+        constraints=tuple(Constraint(residual=r.residual, origin=r.origin, label=r.label) for r in rows if r.holonomic),
         span=model.span,
         stabilization=stabilize,
         stabilization_params=BAUMGARTE_PARAMS if stabilize == "baumgarte" else (),
@@ -980,7 +1106,39 @@ def _lower(model: Model, options: LowerOptions) -> SymbolicSystem:
     positions = {c for body in model.bodies for node in body.nodes for c in node}
     report = velocity_report(system, positions) if options.formulation == "hamiltonian" else ()
     kinetic = tuple(s.name for s in system.states if s.symbol not in positions)  # velocities or momenta
-    return replace(system, invariants=derived_invariants(system, positions), report=report, kinetic=kinetic)
+    velocity = _velocity_invariants(model, system, positions)
+    outputs = _outputs_in_state(system, positions)
+    return replace(system, invariants=derived_invariants(system, positions, velocity), report=report, kinetic=kinetic,
+                   outputs=outputs)
+
+
+def _outputs_in_state(system: SymbolicSystem, positions):
+    """Outputs that use body velocities (``s.rate`` of a named slider or joint, ``b.vx``): der(x) becomes ẋ in the
+    state (v, or M⁻¹p)."""
+    from dataclasses import replace
+
+    from .common import position_rates
+
+    if not any(S.is_der(x) for o in system.outputs for x in S.as_expr(o.expr).free_symbols):
+        return system.outputs
+    rates = {S.der(x): e for x, e in position_rates(system, positions).items()}
+    return tuple(replace(o, expr=S.as_expr(o.expr).xreplace(rates)) for o in system.outputs)
+
+
+def _velocity_invariants(model: Model, system: SymbolicSystem, positions) -> tuple[Constraint, ...]:
+    """A(x, t)·ẋ of each velocity constraint on bodies, with ẋ in the state (v, or M⁻¹p), for drift monitoring."""
+    from .common import position_rates
+
+    out = []
+    velocity = [c for c in model.constraints if c.kind == "velocity"]
+    if not velocity:
+        return ()
+    rates = {S.der(x): e for x, e in position_rates(system, positions).items()}
+    for n, c in enumerate(model.constraints, start=1):
+        if c.kind == "velocity":
+            out.append(Constraint(residual=S.as_expr(c.residual).xreplace(rates), origin=c.span,
+                                  label=f"velocity constraint {n}"))
+    return tuple(out)
 
 
 CARTESIAN = register(Formalism(

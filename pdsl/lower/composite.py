@@ -55,14 +55,18 @@ def _node_coordinates(model: Model) -> set:
 def parts_of(model: Model) -> dict[str, Model]:
     """The model split by statement kind: ``bodies``, ``coordinates``, ``network``, ``equations``."""
     nodes = _node_coordinates(model)
+    on_bodies, others = _split_constraints(model, nodes)
+    generalized = model.lagrangian is not None or model.hamiltonian is not None
     parts: dict[str, Model] = {}
     if model.bodies:
         parts["bodies"] = replace(model, **{**_EMPTY, "bodies": model.bodies, "connectors": model.connectors,
                                             "gravity": model.gravity, "potentials": model.potentials, "forces": model.forces,
+                                            "constraints": on_bodies + (() if generalized else others),
                                             "generalized_forces": tuple(g for g in model.generalized_forces if g.coord in nodes)})
-    if model.lagrangian is not None or model.hamiltonian is not None:
+    if generalized:
         parts["coordinates"] = replace(model, **{
-            **_EMPTY, "lagrangian": model.lagrangian, "hamiltonian": model.hamiltonian, "constraints": model.constraints,
+            **_EMPTY, "lagrangian": model.lagrangian, "hamiltonian": model.hamiltonian,
+            "constraints": others if model.bodies else model.constraints,
             "groups": model.groups,
             "variables": tuple(v for v in model.variables if v.kind in ("coord", "momentum")),
             "generalized_forces": tuple(g for g in model.generalized_forces if g.coord not in nodes)})
@@ -72,6 +76,25 @@ def parts_of(model: Model) -> dict[str, Model]:
     if model.equations or (plain_vars and "network" not in parts):
         parts["equations"] = replace(model, **{**_EMPTY, "equations": model.equations, "variables": plain_vars})
     return parts
+
+
+def _split_constraints(model: Model, nodes: set) -> tuple[tuple, tuple]:
+    """`constraint`s on body coordinates (or their velocities) belong to the bodies (LANGUAGE.md §3), the others to
+    the generalized coordinates; one that mixes the two is not lowered yet."""
+    if not model.bodies:
+        return (), model.constraints
+    moving = nodes | {S.der(x) for x in nodes}
+    generalized = {v.symbol for v in model.variables if v.kind in ("coord", "momentum")}
+    generalized |= {S.der(x) for x in generalized}
+    on_bodies, others = [], []
+    for c in model.constraints:
+        free = S.as_expr(c.residual).free_symbols
+        if free & moving and free & generalized:
+            raise PdslError.at("NotYetSupported", "a constraint between generalized coordinates (`coord`) and bodies",
+                               c.span, "describe the whole mechanism with bodies (constraints on b.x, b.y, …), or tie "
+                               "them through a kinematic port (LANGUAGE.md §10)")
+        (on_bodies if free & moving else others).append(c)
+    return tuple(on_bodies), tuple(others)
 
 
 def _claims(model: Model) -> bool:

@@ -200,7 +200,7 @@ class BodyStmt(Stmt):
 
 @record
 class ConnectorStmt(Stmt):
-    kind: str  # link | joint | hinge | spring | damper
+    kind: str  # link | joint | hinge | slider | spring | damper
     args: tuple[Expr, ...]
     kwargs: tuple[KwArg, ...]
     name: str | None = None  # ``joint pivot: A, B``: a named joint (``pivot.angle``, ``pivot.rate``)

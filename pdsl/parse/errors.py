@@ -48,7 +48,7 @@ _OPERATORS = {"PLUS", "MINUS", "STAR", "SLASH", "CIRCUMFLEX"}
 # The words that begin a statement (for "did you mean" on a misspelled one).
 STATEMENT_KEYWORDS = (
     "const", "param", "input", "output", "var", "coord", "momentum", "space", "nn", "body",
-    "link", "joint", "hinge", "spring", "damper", "gravity", "potential", "force", "lagrangian",
+    "link", "joint", "hinge", "slider", "spring", "damper", "gravity", "potential", "force", "lagrangian",
     "hamiltonian", "constraint", "distribution", "group", "flow_store", "effort_store", "resistive",
     "flow_source", "effort_source", "transformer", "gyrator", "junction", "structure", "port", "use",
     "connect", "import", "when", "end",

@@ -181,6 +181,16 @@ class JointRef(Ref):
 
 
 @record(kw_only=False, slots=False)
+class SliderRef(Ref):
+    """A named slider (``slider s: A, B, axis = u``): ``s.position`` = (B − A)·û and ``s.rate`` = its derivative."""
+
+    name: str
+    position: object  # sympy expression
+    rate: object
+    kind = "slider"
+
+
+@record(kw_only=False, slots=False)
 class PortRef(Ref):
     """A kinematic port (``port axle: rotational = pivot.rate``): the target of ``force … on axle``."""
 
@@ -212,6 +222,7 @@ def _as_list(v, span, what):
 
 
 _AXES = ("x", "y", "z")
+_VELOCITY_AXES = ("vx", "vy", "vz")
 
 # name -> (sympy function, arity) for scalar functions
 _SCALAR_FUNCS: Mapping[str, tuple[Callable, int]] = {
@@ -330,6 +341,8 @@ def as_number(v, span: Span, what: str = "this"):
         )
     if isinstance(v, JointRef):
         raise PdslError.at("TypeMismatch", f"`{v.name}` is a named joint: use `{v.name}.angle` or `{v.name}.rate`", span)
+    if isinstance(v, SliderRef):
+        raise PdslError.at("TypeMismatch", f"`{v.name}` is a named slider: use `{v.name}.position` or `{v.name}.rate`", span)
     if isinstance(v, PortRef):
         raise PdslError.at("TypeMismatch", f"`{v.name}` is a kinematic port: it is connected (`connect`) or driven "
                            f"(`force … on {v.name}`), not used as a number", span)
@@ -626,10 +639,27 @@ class Evaluator:
             if base.angle is None:
                 raise PdslError.at("NotYetSupported", f"`{base.name}.{e.name}`: {base.why}", e.span)
             return base.angle if e.name == "angle" else base.rate
+        if isinstance(base, SliderRef):
+            if e.name not in ("position", "rate"):
+                raise PdslError.at("UnknownName", f"slider `{base.name}` has no attribute `{e.name}`", e.span,
+                                   "a named slider has .position and .rate")
+            return base.position if e.name == "position" else base.rate
+        if isinstance(base, PointRef):  # r.at([…]).y, ground.at([…]).x: the components of any point
+            if e.name in _AXES[: len(base.position)]:
+                return base.position[_AXES.index(e.name)]
+            if e.name in _VELOCITY_AXES[: len(base.position)]:
+                return self._velocity_of(base.position[_VELOCITY_AXES.index(e.name)], e)
+            if e.name == "pos":
+                return base.position
+            raise PdslError.at("UnknownName", f"the point `{base.text}` has no attribute `{e.name}`", e.span,
+                               f"a point has {', '.join(_AXES[: len(base.position)])}, "
+                               f"{', '.join(_VELOCITY_AXES[: len(base.position)])} and pos")
         if isinstance(base, BodyRef):
             if base.name is not None:
                 if e.name in _AXES[: base.space]:
                     return base.nodes[0][_AXES.index(e.name)]
+                if e.name in _VELOCITY_AXES[: base.space]:
+                    return self._velocity_of(base.nodes[0][_VELOCITY_AXES.index(e.name)], e)
                 if e.name == "pos":
                     return base.as_value()
                 if e.name in base.node_names[1:]:
@@ -640,7 +670,7 @@ class Evaluator:
                 "UnknownName",
                 f"`{base.text}` has no attribute `{e.name}`",
                 e.span,
-                f"a body has {', '.join(_AXES[:base.space])}, pos, nodes"
+                f"a body has {', '.join(_AXES[:base.space])}, {', '.join(_VELOCITY_AXES[:base.space])}, pos, nodes"
                 + (", " + ", ".join(base.node_names[1:]) if len(base.node_names) > 1 else "")
                 + " and .at([...])",
             )
@@ -725,6 +755,12 @@ class Evaluator:
             raise PdslError.at(
                 "WrongArity", f"`{name}` takes {n} argument{'s' if n > 1 else ''}, got {len(e.args)}", e.span
             )
+
+    def _velocity_of(self, coordinate, e: A.Attr):
+        """``b.vx`` = ``der(b.x)`` (and of a point's component: the chain rule of its linear expression)."""
+        if self.scope.der_of is None:
+            raise PdslError.at("NotAllowedHere", f"`.{e.name}` (a velocity, `der(...)`) cannot be used here", e.span)
+        return self.scope.der_of(coordinate, e.span)
 
     def _der(self, e: A.Call):
         self._arity(e, "der", 1)

@@ -173,7 +173,7 @@ class Connector:
     """``link A, B, length = l`` / ``joint`` / ``hinge …, axis = u`` / ``spring …, k, rest`` / ``damper …, c``: the
     options a connector kind takes are typed fields (None where not given)."""
 
-    kind: str  # link | joint | hinge | spring | damper
+    kind: str  # link | joint | hinge | slider | spring | damper
     a: PointRef
     b: PointRef
     span: Span

@@ -31,6 +31,7 @@ from .expressions import (
     Evaluator,
     JointRef,
     NeuralRef,
+    SliderRef,
     PortRef,
     Scope,
     Unusable,
@@ -51,6 +52,7 @@ _CONNECTOR_OPTIONS: Mapping[str, Mapping[str, bool]] = {
     "link": {"length": False},
     "joint": {},
     "hinge": {"axis": True},
+    "slider": {"axis": True},
     "spring": {"k": True, "rest": False},
     "damper": {"c": True},
 }
@@ -1073,6 +1075,8 @@ class _Resolver:
             raise PdslError.at("SelfConnection", f"`{stmt.kind}` from `{a.text}` to itself", stmt.span, "a connector needs two different points")
         if a.body is None and b.body is None:
             raise PdslError.at("SelfConnection", f"`{stmt.kind}` between two fixed points constrains nothing", stmt.span)
+        if stmt.kind == "slider":
+            self._check_slider_ends(stmt, a, b)
         if stmt.kind == "hinge":
             for p in (a, b):
                 if p.body is not None and self._body_dim(p.body) == 0:
@@ -1095,6 +1099,67 @@ class _Resolver:
             if required and name not in options:
                 raise PdslError.at("MissingArgument", f"`{stmt.kind}` needs `{name} = ...`", stmt.span)
         out["connectors"].append(M.Connector(kind=stmt.kind, a=a, b=b, span=stmt.span, name=stmt.name, **options))
+
+    def _check_slider_ends(self, stmt: A.ConnectorStmt, a, b) -> None:
+        """A slider's axis is fixed in A's frame: A is ground, a ground point, or a point of a rigid body that
+        embeds every direction of the space (dim = space); B is any point of another body."""
+        if a.body is not None and a.body == b.body:
+            raise PdslError.at("SelfConnection", f"a slider between two points of `{a.body}` constrains nothing",
+                               stmt.span, "slider A, B: B slides along a line fixed in A's body (or in the ground)")
+        if b.body is None:
+            raise PdslError.at("BadSlider", "the sliding point B of `slider A, B` is a fixed point", stmt.args[1].span,
+                               "write the rail first: slider ground, block, axis = [1, 0]")
+        if a.body is not None and self._body_dim(a.body) != self.space:
+            dim = self._body_dim(a.body)
+            what = "a point mass" if dim == 0 else f"rigid with dim {dim}"
+            raise PdslError.at("BadSlider", f"the rail of a slider is fixed in A's frame, but `{a.body}` is {what}: "
+                               f"its orientation in space {self.space} is not embedded", stmt.args[0].span,
+                               f"put the rail on ground or on a rigid(dim = {self.space}, ...) body, "
+                               "or write the rail as a `constraint`")
+
+    def _slider_axis(self, stmt: A.ConnectorStmt, ev: Evaluator):
+        """The slider's unit axis û (a constant vector of length space, normalised), in A's frame."""
+        kws = [kw for kw in stmt.kwargs if kw.name == "axis"]
+        if not kws:
+            raise PdslError.at("MissingArgument", "`slider` needs `axis = ...`", stmt.span, "slider A, B, axis = [1, 0]")
+        u = ev.number(kws[0].value)
+        if not (isinstance(u, sp.MatrixBase) and u.shape == (self.space, 1)):
+            raise PdslError.at("TypeMismatch", f"`axis` must be a vector of length {self.space}", kws[0].value.span)
+        if any(sp.sympify(e).free_symbols for e in u):
+            raise PdslError.at("NotConstant", "the slider axis must be a constant vector (it fixes which constraint "
+                               "rows are independent)", kws[0].value.span, "write the axis with numbers, e.g. axis = [1, 0]")
+        norm = sp.sqrt(sum((e**2 for e in u), sp.Integer(0)))
+        if norm == 0:
+            raise PdslError.at("BadSlider", "the slider axis is the zero vector", kws[0].value.span,
+                               "give the direction of the rail, e.g. axis = [1, 0]")
+        return [e / norm for e in u]
+
+    def _body_nodes(self, name: str):
+        for d in self.names.values():
+            if d.kind != "body":
+                continue
+            for r in (d.value.items if isinstance(d.value, ArrayRef) else [d.value]):
+                if r.name == name:
+                    return r.nodes
+        return None
+
+    def _declare_slider(self, stmt: A.ConnectorStmt) -> None:
+        """``slider s: A, B, axis = u``: ``s.position`` = (B − A)·û (û rotated with A's body) and ``s.rate``."""
+        if len(stmt.args) != 2:
+            raise PdslError.at("WrongArity", f"`slider` connects two points, got {len(stmt.args)}", stmt.span)
+        ev = self._ev(allow_der=False)
+        a = self._point(ev.eval(stmt.args[0]), stmt.args[0].span)
+        b = self._point(ev.eval(stmt.args[1]), stmt.args[1].span)
+        self._check_slider_ends(stmt, a, b)
+        u = self._slider_axis(stmt, ev)
+        if a.body is None:
+            direction = u
+        else:
+            nodes = self._body_nodes(a.body)
+            direction = [sp.Add(*(u[i] * (nodes[i + 1][k] - nodes[0][k]) for i in range(len(u)))) for k in range(self.space)]
+        position = sp.expand(sp.Add(*(direction[k] * (b.position[k] - a.position[k]) for k in range(self.space))))
+        rate = self._chain_rule(position, stmt.span)
+        self._bind(stmt.name, "slider", stmt.name_span or stmt.span, SliderRef(stmt.name, position, rate))
 
     def _body_dim(self, name: str) -> int:
         for d in self.names.values():
@@ -1145,8 +1210,11 @@ class _Resolver:
     def _declare_joint(self, stmt: A.ConnectorStmt) -> None:
         """``joint pivot: A, B``: ``pivot.angle`` (planar: B's first principal axis against A's; ground's is the
         world x axis) and ``pivot.rate`` = der(pivot.angle)."""
+        if stmt.kind == "slider":
+            return self._declare_slider(stmt)
         if stmt.kind not in ("joint", "hinge"):
-            raise PdslError.at("BadConnector", f"only a joint or hinge can be named, not a `{stmt.kind}`", stmt.name_span or stmt.span)
+            raise PdslError.at("BadConnector", f"only a joint, hinge or slider can be named, not a `{stmt.kind}`",
+                               stmt.name_span or stmt.span)
         if len(stmt.args) != 2:
             raise PdslError.at("WrongArity", f"`{stmt.kind}` connects two points, got {len(stmt.args)}", stmt.span)
         ev = self._ev(allow_der=False)
