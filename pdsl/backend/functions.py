@@ -91,6 +91,47 @@ class NumericSystem:
 _CSE_FROM = 20_000
 
 
+def _switches(system, laws, conv, neural, kind, T, c, args):
+    """The switching surfaces of the dynamics (pdsl.backend.switching), None when there are none, or more than
+    MAX_SWITCHES (then the integrators step through them, as before)."""
+    from .. import symbols as S
+    from .switching import MAX_SWITCHES, find_switches, switch_functions
+    from .sympy_to_casadi import Converter
+
+    t, x, z, p, u = args
+    rows = [e.lhs - e.rhs for e in system.differential + system.algebraic]
+    if laws:
+        rows = [r.xreplace(laws) for r in rows]
+    states = {st.symbol for st in system.states} | {a.symbol for a in system.algebraics} | {S.TIME}
+    found = find_switches(rows, states, set())
+    if not found or len(found) > MAX_SWITCHES:
+        return None
+    nx = len(system.states)
+    multipliers = set(system.multipliers)
+
+    def dynamics(subs, extra):
+        base = {k: v for k, v in conv.symbols.items() if k not in multipliers}
+        base.update(extra)
+        cv = Converter(base, neural)
+
+        def cs(expr):
+            e = expr.xreplace(laws) if laws else expr
+            return cv(e.xreplace(subs))
+
+        if system.is_explicit():
+            xd = ca.vertcat(*[cs(e.rhs) for e in system.differential]) if nx else T(0, 1)
+        else:
+            A_sym, b_sym = system.linear_system()
+            A, b = cs(A_sym), cs(b_sym)
+            w = ca.solve(A, b) if kind == "SX" else ca.solve(A, b, "qr")
+            xd = w[:nx]
+            cv.symbols.update({mu: w[nx + k] for k, mu in enumerate(system.multipliers)})
+        gg = ca.vertcat(*[cs(e.lhs - e.rhs) for e in system.algebraic]) if system.algebraic else T(0, 1)
+        return xd, gg
+
+    return switch_functions(found, dynamics, c, T, args)
+
+
 def _switching(system, laws, time_only, c, args):
     """The switching functions on the state of the dynamics: a comparison's lhs − rhs (not those on t alone, which are
     located before integrating), the argument of sign, abs, and of min/max (the difference of their two arguments)."""
@@ -239,11 +280,12 @@ def to_casadi(system: SymbolicSystem, *, seed: int = 0, kind: str | None = None)
     rels = relationals([e.lhs - e.rhs for e in system.differential + system.algebraic] + list(laws.values()))
     n_time = len(time_conditions(list(rels), {q.symbol for q in system.params})) if rels else 0
     switching, switching_names = _switching(system, laws, conditions, c, (t, x, z, p, u))
+    state_switches = _switches(system, laws, conv, neural, kind, T, c, (t, x, z, p, u))
     hybrid = None
-    if system.events:
+    if system.events or state_switches is not None:
         from .hybrid import hybrid_functions
 
-        hybrid = hybrid_functions(system, c, T, (t, x, z, p, u))
+        hybrid = hybrid_functions(system, c, T, (t, x, z, p, u), state_switches)
     return NumericSystem(
         switching=switching,
         switching_names=switching_names,

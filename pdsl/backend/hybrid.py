@@ -42,6 +42,8 @@ class HybridFunctions:
     velocity_rows: ca.Function | None  # (t, x, p) -> (c, G = ∂c/∂y): the velocity-level invariants
     velocity_labels: tuple[str, ...]
     position_rows: int  # invariants that do not read y (positions): projected after a position reset
+    # the switching surfaces of the dynamics (pdsl.backend.switching), located by the simulator; None: none
+    switches: object = None
 
 
 def condition_value(tree, truth) -> bool:
@@ -58,7 +60,7 @@ def atoms_of(tree) -> list[int]:
     return [arg] if kind == "atom" else [k for sub in arg for k in atoms_of(sub)]
 
 
-def hybrid_functions(system, c, T, args) -> HybridFunctions:
+def hybrid_functions(system, c, T, args, switches=None) -> HybridFunctions:
     """``c``: sympy -> CasADi (the Converter of to_casadi, laws substituted); ``args`` = (t, x, z, p, u) symbols."""
     from ..lower.structural import derivative
 
@@ -126,7 +128,7 @@ def hybrid_functions(system, c, T, args) -> HybridFunctions:
         terminate=tuple(ev.terminate for ev in system.events), target_names=names,
         target_value=ca.Function("target_value", [t, x, p], [r], ["t", "x", "p"], ["r"]),
         target_jac=target_jac, kinetic=kin, metric=metric, velocity_rows=velocity_rows, velocity_labels=vel_labels,
-        position_rows=n_pos,
+        position_rows=n_pos, switches=switches,
     )
 
 

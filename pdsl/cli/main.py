@@ -406,6 +406,8 @@ def cmd_simulate(args) -> int:
         names, data = select_columns(names, data, parse_columns(args.columns))
     how = f"rtol {args.rtol:g}" if "rtol" in res.info else f"h = {args.dt / args.substeps:g}"
     print(f"{m.name}: {len(grid)} samples, t = 0 … {grid[-1]:g}, {res.info['integrator']} {how} -> {args.output}")
+    if res.info.get("switches"):
+        _print_switches(args, res.info["switches"])
     if events is not None:
         _print_events(args, events)
     if res.info.get("rhs"):  # pdsl.sim.compiled: VM or compiled C, and why
@@ -477,6 +479,19 @@ def _write_events(path: str, events) -> None:
             w.writerow(["t", "line", "event", "energy_jump"])
             for t, line, name, jump in zip(events.times, events.lines, events.names, events.energy_jumps):
                 w.writerow([repr(float(t)), line, name, "" if jump != jump else repr(float(jump))])
+
+
+def _print_switches(args, switches) -> None:
+    """Switching surfaces: the mode changes, sliding phases (Filippov) and their ends, listed with -v."""
+    out = sys.stderr if args.output == "-" else sys.stdout
+    slides = sum(1 for _, _, what in switches if what == "sliding")
+    print(f"  switching surfaces located: {len(switches)} mode changes" + (f", {slides} sliding phase"
+          f"{'s' if slides != 1 else ''} (Filippov)" if slides else ""), file=out)
+    if args.verbose:
+        for t, text, what in switches[:200]:
+            print(f"    t = {t:.15g}  {text}: {what}", file=out)
+        if len(switches) > 200:
+            print(f"    ... and {len(switches) - 200} more", file=out)
 
 
 def _print_events(args, events) -> None:

@@ -417,6 +417,7 @@ def simulate(
     compile: str = "auto",
     max_events: int | None = None,
     event_rows: str = "none",
+    switches: str = "locate",
 ) -> SimulationResult:
     """Integrate ``num`` over ``grid`` (grid[0] is the initial time).
 
@@ -445,12 +446,13 @@ def simulate(
     st = _locate_switches(num, st, grid)
     st = replace(st, start=(float(grid[0]), np.array(x_init, dtype=float)))
     info.update(extra)
-    if num.hybrid is not None:  # events (`when`): integrate from event to event (pdsl.sim.hybrid)
+    if _hybrid(num, switches):  # events (`when`), switching surfaces: from event to event (pdsl.sim.hybrid)
         from .hybrid import MAX_EVENTS, integrate_events
 
         try:
-            grid, X, Z, log = integrate_events(num, grid, x_init, st, max_events=MAX_EVENTS if max_events is None else max_events,
-                                               event_rows=event_rows)
+            grid, X, Z, log = integrate_events(num, grid, x_init, st,
+                                               max_events=MAX_EVENTS if max_events is None else max_events,
+                                               event_rows=event_rows, switches=switches)
         except PdslError as exc:  # a Zeno stop: the trajectory up to there travels with the error (the CLI writes it)
             rows = getattr(exc, "partial_rows", None)
             if rows is not None:
@@ -458,9 +460,11 @@ def simulate(
                 exc.partial = _result(num, T_, X_, Z_ if num.nz else np.zeros((len(T_), 0)), st.p, st.inputs,
                                       {**info, **_describe(st), "events": log_}, st.rhs)
             raise
-        info["events"] = log
+        if num.system.events:
+            info["events"] = log
+        info["switches"] = log.switches
     else:
-        if max_events is not None or event_rows != "none":
+        if (max_events is not None or event_rows != "none") and not num.system.events:
             raise PdslError.at("BadOption", f"--max-events and --event-rows apply to a model with events (`when`); "
                                f"{num.system.name} has none")
         (X, Z), = _integrate(num, grid, x_init[None, :], st)
@@ -488,6 +492,7 @@ def simulate_batch(
     baumgarte_alpha: float | None = None,
     baumgarte_beta: float | None = None,
     compile: str = "auto",
+    switches: str = "locate",
 ) -> list[SimulationResult]:
     """Integrate many initial states (rows of ``x0s``, already consistent) in parallel threads.
 
@@ -497,16 +502,29 @@ def simulate_batch(
     st, extra = _apply_gains(num, st, np.atleast_2d(x0s), grid, baumgarte_alpha, baumgarte_beta, params)
     st = _locate_switches(num, st, grid)
     st = replace(st, start=(float(grid[0]), np.array(np.atleast_2d(x0s)[0], dtype=float)))
-    if num.hybrid is not None:  # events: one run after another (each from event to event, pdsl.sim.hybrid)
+    if _hybrid(num, switches):  # events, switches: one run after another (each from event to event)
         from .hybrid import integrate_events
 
         out = []
         for x0 in np.atleast_2d(x0s):
-            T_, X, Z, log = integrate_events(num, grid, x0, st)
-            out.append(_result(num, T_, X, Z, st.p, st.inputs, {**_describe(st), **extra, "events": log}, st.rhs))
+            T_, X, Z, log = integrate_events(num, grid, x0, st, switches=switches)
+            ev = {"events": log} if num.system.events else {}
+            out.append(_result(num, T_, X, Z, st.p, st.inputs, {**_describe(st), **extra, **ev, "switches": log.switches},
+                               st.rhs))
         return out
     runs = _integrate(num, grid, np.atleast_2d(x0s), st, threads=threads)
     return [_result(num, grid, X, Z, st.p, st.inputs, {**_describe(st), **extra}, st.rhs) for X, Z in runs]
+
+
+def _hybrid(num, switches: str) -> bool:
+    """Integrate from event to event (pdsl.sim.hybrid): a model with events, or with switching surfaces on the
+    state located (``switches="locate"``, the default; ``"step-through"`` leaves them to the error control)."""
+    from .hybrid import SWITCHES
+
+    if switches not in SWITCHES:
+        raise PdslError.at("BadOption", f"--switches {switches}: unknown", hint="one of: " + ", ".join(SWITCHES))
+    hy = num.hybrid
+    return hy is not None and (bool(hy.conditions) or (hy.switches is not None and switches == "locate"))
 
 
 def _describe(st: _Setup) -> dict:
