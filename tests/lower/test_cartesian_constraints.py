@@ -437,3 +437,30 @@ end
 """
     c = compile_model("names.phm", text=text)
     assert c.system.formalism == "cartesian-hamiltonian"
+
+
+# ============================================================================ a slider's rate as a kinematic port
+def _pushed(push: str) -> str:
+    return f"""model Pushed
+  space 2
+  param k = 3.0
+  body rod = rigid(dim = 2, mass = 1.0, moments = [0.2, 0.05])
+  body bead = point(mass = 0.4)
+  joint ground, rod
+  slider s: rod, bead, axis = [1, 0]
+  port rail: translational = s.rate
+  potential k/2*s.position^2
+  {push}
+end
+"""
+
+
+def test_a_force_on_a_slider_port_is_a_force_along_the_rail():
+    """`force F on rail` (the port's velocity is s.rate) equals the force F û_world applied at the bead."""
+    grid = time_grid(2.0, 0.01)
+    x0 = {**planar("rod", [0, 0], 0.3, [0, 0], 1.0), **point("bead", 0.5 * e(0.3), 0.2 * e(0.3) + 0.5 * e(0.3 + np.pi / 2))}
+    by_port = simulate(compiled(_pushed("force 0.7*cos(2*t) on rail")).numeric, grid, x0=x0, rtol=1e-11, atol=1e-13)
+    at_point = simulate(compiled(_pushed("force 0.7*cos(2*t)*(rod.a1.pos - rod.pos) on bead")).numeric, grid, x0=x0,
+                        rtol=1e-11, atol=1e-13)
+    assert np.abs(by_port.shown - at_point.shown).max() <= 1e-8
+    assert np.ptp(_col(by_port, "bead.x")) > 0.1
