@@ -486,6 +486,79 @@ def _collect(model: Model) -> _Net:
     return _Net(model=model, equations=equations, ports=ports, signs=signs, states=states, energy=sp.Add(*energy_terms))
 
 
+def double_bonds(model: Model) -> list:
+    """``warning[DoubleBond]`` for two named junctions that list each other (LANGUAGE.md §6).
+
+    Each appearance of a named junction in another junction's list is one bond, so ``n1: common_effort(…, pipe)``
+    with ``pipe: common_flow(-n1, …)`` makes two parallel bonds between n1 and pipe. The lowering keeps both (the
+    spec's reading); this says so at both appearances, with what the two bonds do to the equations: in the same
+    direction between a common-effort and a common-flow junction each balance counts the other junction's effort or
+    flow twice; in opposite directions they cancel, and the two junctions are not connected at all."""
+    from ..diagnostics import Diagnostic
+
+    junctions = [e for e in model.elements if isinstance(e, Junction)]
+    names: dict[str, Junction] = {}
+    for j in junctions:
+        if j.name:
+            names[j.name] = j
+        for alias in j.aliases:
+            names[alias] = j
+    # (parent, child) -> [(sign, written name, span)]: the parent's list names the child
+    listed: dict[tuple[int, int], list] = {}
+    by_id = {id(j): j for j in junctions}
+    for j in junctions:
+        for sign, port, span in j.members:
+            child = names.get(port)
+            if child is not None and child is not j:
+                listed.setdefault((id(j), id(child)), []).append((sign, port, span))
+    out, done = [], set()
+    for (a, b), apps_a in listed.items():
+        apps_b = listed.get((b, a))
+        if not apps_b or frozenset((a, b)) in done:
+            continue
+        done.add(frozenset((a, b)))
+        ja, jb = by_id[a], by_id[b]
+        # a plain member takes power from its list's junction: a bond a -> b is (+) in a's list or (−) in b's
+        direction = [s for s, _, _ in apps_a] + [-s for s, _, _ in apps_b]
+        na, nb = _junction_name(ja), _junction_name(jb)
+        count = len(direction)
+        times = "twice" if count == 2 else f"{count} times"
+        if abs(sum(direction)) == count:
+            if ja.form != jb.form:
+                ce, cf = (na, nb) if ja.form == "common_effort" else (nb, na)
+                effect = (f"each carries the effort of `{ce}` and the flow of `{cf}`, so the flow balance of `{ce}` "
+                          f"takes the flow of `{cf}` {times} and the effort balance of `{cf}` the effort of `{ce}` {times}")
+            else:
+                kind = "efforts" if ja.form == "common_effort" else "flows"
+                other = "flows" if kind == "efforts" else "efforts"
+                effect = (f"both junctions equate {kind}: the bonds share one {kind[:-1]} and only the sum of their "
+                          f"{other} is determined")
+        elif sum(direction) == 0:
+            effect = ("they point in opposite directions and cancel: the two junctions exchange nothing, as if "
+                      "they were not connected")
+        else:
+            effect = "some point one way and some the other; they add up with their signs"
+        for (parent, child, apps) in ((ja, jb, apps_a), (jb, ja, apps_b)):
+            other = apps_b if parent is ja else apps_a
+            where = ", ".join(f"`{'-' if s < 0 else ''}{w}` in the list of `{_junction_name(child)}` at line "
+                              f"{sp_.line}" for s, w, sp_ in other)
+            for sign, written, span in apps:
+                out.append(Diagnostic(
+                    "DoubleBond",
+                    f"`{_junction_name(parent)}` lists `{'-' if sign < 0 else ''}{written}`, and {where} bonds "
+                    f"the same two junctions again: each appearance is one bond, so there are {count} parallel bonds "
+                    f"between `{na}` and `{nb}`; {effect}",
+                    span,
+                    hint=f"a bond between two named junctions is written once, in either list: drop `{written}` here "
+                         "or the other appearance (a plain member takes power from its junction, `-x` delivers it)",
+                    severity="warning"))
+    return sorted(out, key=lambda d: d.sort_key())
+
+
+def _junction_name(j: Junction) -> str:
+    return j.name or (j.aliases[0] if j.aliases else f"junction at line {j.span.line}")
+
+
 def _check_sources(model, junctions, ports, diags) -> None:
     """Two flow sources on one common-flow junction (or effort sources on a common-effort one) conflict."""
     kinds = {e.name: e.imposes for e in model.elements if isinstance(e, Source)}
@@ -560,6 +633,18 @@ MAX_OPEN_PORTS = 6
 
 
 def _lower(model: Model, options: LowerOptions) -> SymbolicSystem:
+    """:func:`_lower_network`; a network that fails to lower also gets its ``warning[DoubleBond]`` diagnostics (two
+    parallel bonds between junctions of one kind leave the split of their flows open: ``UnbalancedSystem``)."""
+    try:
+        return _lower_network(model, options)
+    except PdslError as err:
+        warnings = double_bonds(model)
+        if warnings:
+            raise PdslError(list(err.diagnostics) + warnings) from err
+        raise
+
+
+def _lower_network(model: Model, options: LowerOptions) -> SymbolicSystem:
     """A network whose power ports are left open (a component checked on its own) imposes at each open port its
     effort or its flow, whichever the network accepts: the first assignment that lowers (the flattener's guess
     first: the variable that the port's junction does not fix), with only the inputs it uses."""
