@@ -53,6 +53,7 @@ _RANK_TOL = 1e-10  # relative singular-value threshold for the rank of a(q)
 _TOL = 1e-9  # relative size of dω on D (ω on D̄) that counts as zero
 _MAX_ROWS = 8  # a coupled group of constraints larger than this is not tested (symbolic elimination)
 _MAX_COORDS = 16
+_MAX_NORMALISATIONS = 4  # coefficients tried as the one normalised to 1 when naming a combination
 
 
 @dataclass(frozen=True)
@@ -258,7 +259,7 @@ class _Group:
                 block = Nk.T @ F @ Nk
                 if block.size:
                     worst = max(worst, float(np.abs(block).max()) / size)
-            out.alone[self.rows[k]] = worst <= self.tol
+            out.alone[self.rows[k]] = bool(worst <= self.tol)
             out.alone_worst[self.rows[k]] = worst
         # D: a symbolic basis of ker a(q); D̄: iterated brackets while they raise the generic rank
         gens = _null_basis(AR, an[at][indep])
@@ -306,7 +307,7 @@ class _Group:
                 if v > worst:
                     g = int(np.argmax(np.abs(vals)))
                     worst, witness = v, (s, (Gs[:, ok] / norms[ok])[:, g], float(vals[g]))
-            out.integrable[self.rows[k]] = worst <= self.tol * 1e2
+            out.integrable[self.rows[k]] = bool(worst <= self.tol * 1e2)
             if witness is not None and worst > self.tol * 1e2:
                 s, X, val = witness
                 point = {sym: float(self.values[sym][s]) for sym in q}
@@ -344,7 +345,7 @@ class _Group:
         form = [sp.together(sum((c[k] * A[k, j] for k in range(self.m)), sp.Integer(0))) for j in range(n)]
         nonzero = [j for j in range(n) if _nonzero(form[j], self.num)]
         best = None
-        for j in nonzero:  # prefer a normalisation whose coefficients are constants in q, then one that is exact
+        for j in nonzero[:_MAX_NORMALISATIONS]:  # prefer coefficients constant in q, then an exact form
             normal = [sp.simplify(sp.cancel(f / form[j])) for f in form]
             constant = not any(set(e.free_symbols) & set(q) for e in normal)
             h = _potential(normal, q)
@@ -357,6 +358,17 @@ class _Group:
             normal, h, j = form, None, 0
         else:
             _, normal, h, j = best
+        if h is None and best is not None and n <= 6:  # an integrating factor 1/q_i or 1/q_i² (y dx − x dy = y² d(x/y))
+            found = []
+            for qi in [s for s in q if any(s in e.free_symbols for e in normal)]:
+                for mu in (1 / qi, 1 / qi**2, qi):
+                    hi = _potential([sp.simplify(mu * e) for e in normal], q)
+                    if hi is not None:
+                        found.append(sp.simplify(hi))
+                        break
+                if found and not found[-1].has(sp.log):  # x/y rather than log(x) − log(y)
+                    break
+            h = min(found, key=lambda e: (e.has(sp.log), sp.count_ops(e))) if found else None
         coeffs = [sp.simplify(sp.cancel(ck / form[j])) if nonzero else ck for ck in c]
         return Combination(coefficients=tuple((self.rows[k], coeffs[k]) for k in range(self.m) if coeffs[k] != 0),
                            form=tuple((self.cols[i], normal[i]) for i in range(n) if normal[i] != 0), integral=h)

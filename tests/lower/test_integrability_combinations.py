@@ -221,3 +221,13 @@ def test_no_combination_beyond_the_singles(rows, expected):
     x, y, z = sp.symbols("x y z")
     info = analyze_velocity_constraints(rows, [x, y, z])
     assert all(info.integrable) and len(info.combinations) == expected
+
+
+def test_redundant_rows_and_an_integrating_factor():
+    x, y, z, w = sp.symbols("x y z w")
+    info = analyze_velocity_constraints([[1, -2, 0, 0], [2, -4, 0, 0], [0, 0, 1, -y]], [x, y, z, w])
+    assert info.integrable == [True, True, False] and info.combinations == []
+    assert info.singles[0].integral == x - 2 * y
+    # y dx − x dy = y² d(x/y): not exact after normalisation, integrable with the factor 1/y
+    single = analyze_velocity_constraints([[y, -x, 0]], [x, y, z]).singles[0]
+    assert sp.simplify(single.integral - x / y) == 0
