@@ -91,10 +91,9 @@ class NumericSystem:
 _CSE_FROM = 20_000
 
 
-def _switches(system, laws, conv, neural, kind, T, c, args):
+def _switches(system, laws, conv, neural, kind, T, c, args, time_only: set):
     """The switching surfaces of the dynamics (pdsl.backend.switching), None when there are none, or more than
     MAX_SWITCHES (then the integrators step through them, as before)."""
-    from .. import symbols as S
     from .switching import MAX_SWITCHES, find_switches, switch_functions
     from .sympy_to_casadi import Converter
 
@@ -102,8 +101,9 @@ def _switches(system, laws, conv, neural, kind, T, c, args):
     rows = [e.lhs - e.rhs for e in system.differential + system.algebraic]
     if laws:
         rows = [r.xreplace(laws) for r in rows]
-    states = {st.symbol for st in system.states} | {a.symbol for a in system.algebraics} | {S.TIME}
-    found = find_switches(rows, states, set())
+    states = {st.symbol for st in system.states} | {a.symbol for a in system.algebraics}
+    # conditions on t and parameters alone keep their pre-located switching times (pdsl.backend.events)
+    found = find_switches(rows, states, time_only)
     if not found or len(found) > MAX_SWITCHES:
         return None
     nx = len(system.states)
@@ -280,7 +280,7 @@ def to_casadi(system: SymbolicSystem, *, seed: int = 0, kind: str | None = None)
     rels = relationals([e.lhs - e.rhs for e in system.differential + system.algebraic] + list(laws.values()))
     n_time = len(time_conditions(list(rels), {q.symbol for q in system.params})) if rels else 0
     switching, switching_names = _switching(system, laws, conditions, c, (t, x, z, p, u))
-    state_switches = _switches(system, laws, conv, neural, kind, T, c, (t, x, z, p, u))
+    state_switches = _switches(system, laws, conv, neural, kind, T, c, (t, x, z, p, u), set(conditions))
     hybrid = None
     if system.events or state_switches is not None:
         from .hybrid import hybrid_functions

@@ -104,6 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-events", type=integer, default=None, metavar="N",
                    help="models with `when`: more than N events (default 10,000) is an accumulation (Zeno): the run "
                         "stops with an error, the table written up to there")
+    p.add_argument("--switches", default="locate", choices=("locate", "step-through"),
+                   help="switching surfaces on the state (`if` on states, sign): locate them like events, mode by "
+                        "mode, sliding on attractive ones (Filippov; default), or step through them under the error "
+                        "control")
     p.add_argument("--event-rows", default="none", choices=("none", "after", "both"),
                    help="models with `when`: add rows at the event instants (the value after, or before and after: a "
                         "repeated t); the events themselves always go to OUT.events.csv")
@@ -391,7 +395,8 @@ def cmd_simulate(args) -> int:
                        integrator=args.integrator, substeps=args.substeps, project=not args.no_project,
                        stabilize=args.stabilize, baumgarte_alpha=args.baumgarte_alpha,
                        baumgarte_beta=args.baumgarte_beta, compile=args.compile, max_events=args.max_events,
-                       event_rows=args.event_rows)
+                       power_integral=True,
+                       event_rows=args.event_rows, switches=args.switches)
     except PdslError as exc:  # a Zeno stop: the table up to there, then the error
         partial = getattr(exc, "partial", None)
         if partial is not None:
@@ -569,10 +574,12 @@ def _energy_line(res) -> str:
         drift = float(np.abs(E - e0).max())
         rel = f"relative {drift / abs(e0):.3e}" if abs(e0) > 1e-12 * scale else "E(0) ≈ 0: no relative drift"
         return f"  energy: E(0) = {e0:.10g}, max |E(t) − E(0)| = {drift:.3e} ({rel})"
-    integral, residual = energy_balance(res.t, E, res.power)
+    integral, residual = energy_balance(res.t, E, res.power, res.power_integral)
     worst = float(np.abs(residual).max())
+    how = (f"∫ integrated with the states: {res.info['power_integral']}" if res.power_integral is not None
+           else "∫ by Simpson on the output grid")
     return (f"  energy balance: E(t) − E(0) − ∫(supplied − dissipated) dt: max {worst:.3e} "
-            f"(relative to the energy exchanged, {exchanged:.4g}: {worst / exchanged:.1e}; ∫ by Simpson on the output grid); "
+            f"(relative to the energy exchanged, {exchanged:.4g}: {worst / exchanged:.1e}; {how}); "
             f"E(0) = {e0:.10g}, E(end) − E(0) = {float(E[-1]) - e0:.6g}, net supplied − dissipated = {float(integral[-1]):.6g}")
 
 
@@ -643,7 +650,7 @@ def _simulate_random(args, m, num, grid, init, params, inputs) -> int:
     runs = simulate_batch(num, grid, x0s, params=params, inputs=inputs, rtol=args.rtol, atol=args.atol,
                           integrator=args.integrator, substeps=args.substeps, stabilize=args.stabilize,
                           threads=args.threads, baumgarte_alpha=args.baumgarte_alpha, baumgarte_beta=args.baumgarte_beta,
-                          compile=args.compile)
+                          compile=args.compile, switches=args.switches)
     names, _ = runs[0].columns()
     data = np.vstack([np.column_stack([np.full(len(r.t), k), r.columns()[1]]) for k, r in enumerate(runs)])
     names = ["traj", *names]

@@ -506,11 +506,17 @@ class _Modes:
         vals = field.values(t, x, z, self.pe(p))[field.n_ev:]
         s, alpha, beta = vals[:n], vals[n : 2 * n], vals[2 * n :]
         signs = np.zeros(3 * n)
+        sdot = None
         for k in range(n):
             if k == self.sliding:
                 signs[n + k] = signs[2 * n + k] = 1.0
             elif sw.kinds[k] == "kink":
-                signs[k] = 1.0 if s[k] > 0 else -1.0
+                if abs(s[k]) <= _ZONE * (1.0 + abs(s[k])):  # at the kink: the side the motion goes to
+                    if sdot is None:
+                        sdot = np.asarray(sw.rate(t, x, z, p, field.u(t, x, p), self.m)).ravel()
+                    signs[k] = 1.0 if sdot[k] >= 0 else -1.0
+                else:
+                    signs[k] = 1.0 if s[k] > 0 else -1.0
             else:
                 signs[k] = 1.0 if self.m[k] == sw.mode_above(k) else -1.0
         g = np.concatenate([s, alpha, beta]) * signs

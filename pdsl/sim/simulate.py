@@ -84,6 +84,9 @@ class SimulationResult:
     u: np.ndarray | None = None  # exogenous inputs used (len(t), nu), so that `fit` can read them back
     u_names: tuple[str, ...] = ()
     units: tuple[tuple[str, str], ...] = ()  # (name, unit) of columns with a unit: headers `theta [rad]`
+    # ∫₀ᵗ power ds integrated with the states (a quadrature of CVODES/IDAS, an augmented state of a fixed-step
+    # scheme; simulate(power_integral=True)), None when it was not (energy_balance then uses the output grid)
+    power_integral: np.ndarray | None = None
 
     def columns(self) -> tuple[list[str], np.ndarray]:
         """CSV columns: t, the shown state, algebraic variables, outputs, then the exogenous inputs used."""
@@ -332,7 +335,10 @@ class _Setup:
     rhs: object = None  # pdsl.sim.compiled.RhsPlan: VM or compiled C (CVODES/IDAS), decided by the first integrator
     iteration: str = ""  # CVODES Adams: "newton" or "functional" (FUNCTIONAL_FROM)
     counts: dict = field(default_factory=dict)  # native integrators: evaluations and steps, summed over runs
+    # power_integral: {"want": True} asks the integrator for ∫ power dt; it answers "Q" (per run) and "how"
+    quad: dict = field(default_factory=dict)
     start: tuple | None = None  # (t0, x0) of the (first) run: what a failure's diagnosis integrates from
+    switches_mode: str = "locate"  # switching surfaces on the state: located (pdsl.sim.hybrid) or stepped through
 
 
 def _setup(num, params, inputs, integrator, rtol, atol, substeps, stabilize, compile="auto") -> _Setup:
@@ -417,6 +423,7 @@ def simulate(
     compile: str = "auto",
     max_events: int | None = None,
     event_rows: str = "none",
+    power_integral: bool = False,
     switches: str = "locate",
 ) -> SimulationResult:
     """Integrate ``num`` over ``grid`` (grid[0] is the initial time).
@@ -428,7 +435,10 @@ def simulate(
     lowered with ``stabilize="baumgarte"``) integrates Φ̈ + 2αΦ̇ + β²Φ = 0, with the
     gains of :func:`baumgarte_gains` recorded in ``info["baumgarte"]``. ``compile`` ("auto", "yes", "no"):
     CVODES/IDAS evaluate the right-hand side in CasADi's VM or as compiled C (:mod:`pdsl.sim.compiled`); the
-    choice and its reason are in ``info["rhs"]``.
+    choice and its reason are in ``info["rhs"]``. ``power_integral``: ∫ power dt integrated with the states (a
+    CVODES/IDAS quadrature, an augmented state of a fixed-step scheme) in ``result.power_integral``, what the
+    energy balance reads (:func:`energy_balance`); models with events, switch times, ``stabilize="project"`` and
+    dop853 leave it None (the balance then integrates on the output grid).
     """
     from .initial import Projector, initial_state
 
@@ -446,6 +456,9 @@ def simulate(
     st = _locate_switches(num, st, grid)
     st = replace(st, start=(float(grid[0]), np.array(x_init, dtype=float)))
     info.update(extra)
+    st = replace(st, switches_mode=switches)
+    if num.hybrid is not None and num.hybrid.switches is not None and switches == "locate":
+        st = replace(st, state_conditions=0)  # located, not stepped through
     if _hybrid(num, switches):  # events (`when`), switching surfaces: from event to event (pdsl.sim.hybrid)
         from .hybrid import MAX_EVENTS, integrate_events
 
@@ -467,8 +480,13 @@ def simulate(
         if (max_events is not None or event_rows != "none") and not num.system.events:
             raise PdslError.at("BadOption", f"--max-events and --event-rows apply to a model with events (`when`); "
                                f"{num.system.name} has none")
+        if power_integral and num.power is not None:
+            st.quad["want"] = True
         (X, Z), = _integrate(num, grid, x_init[None, :], st)
     res = _result(num, grid, X, Z, st.p, st.inputs, {**info, **_describe(st)}, st.rhs)
+    if st.quad.get("Q"):
+        res = replace(res, power_integral=st.quad["Q"][0])
+        res.info["power_integral"] = st.quad["how"]
     if num.balances is not None:  # relations the formalism derived (Hamel's full-frame momenta), along the flow
         from .balances import check_balances
 
@@ -502,6 +520,9 @@ def simulate_batch(
     st, extra = _apply_gains(num, st, np.atleast_2d(x0s), grid, baumgarte_alpha, baumgarte_beta, params)
     st = _locate_switches(num, st, grid)
     st = replace(st, start=(float(grid[0]), np.array(np.atleast_2d(x0s)[0], dtype=float)))
+    st = replace(st, switches_mode=switches)
+    if num.hybrid is not None and num.hybrid.switches is not None and switches == "locate":
+        st = replace(st, state_conditions=0)
     if _hybrid(num, switches):  # events, switches: one run after another (each from event to event)
         from .hybrid import integrate_events
 
@@ -532,8 +553,12 @@ def _describe(st: _Setup) -> dict:
     if st.switches:
         events["switch_times"] = list(st.switches)
     if st.state_conditions:
-        events["state_conditions"] = (f"{st.state_conditions} condition(s) on the state: the integrator steps through "
-                                      "their switches under error control; they are not located as events")
+        from ..backend.switching import MAX_SWITCHES
+
+        why = (f"more than {MAX_SWITCHES} switching surfaces (pairwise terms of a swarm?): " if st.state_conditions
+               > MAX_SWITCHES else "") if st.switches_mode == "locate" else "--switches step-through: "
+        events["state_conditions"] = (f"{why}{st.state_conditions} condition(s) on the state: the integrator steps "
+                                      "through their switches under error control; they are not located as events")
     if st.integrator in FIXED_STEP:
         return {"integrator": st.integrator, "substeps": st.substeps, "stabilize": st.stabilize, **events}
     solver = {"iteration": st.iteration} if st.iteration else {}
@@ -583,10 +608,22 @@ def _integrate(num, grid, X0, st: _Setup, threads: int = 1) -> list[tuple[np.nda
         from ..numerics.fixed_step import make_rollout
 
         h = float(grid[1] - grid[0]) / st.substeps
-        rollout = make_rollout(ca.Function("f", [t, x, P], [xdot]), st.integrator, h, (len(grid) - 1) * st.substeps)
+        quad = bool(st.quad.get("want")) and n == 1
+        if quad:  # ∫ power dt as one more state of the scheme: its own stages and steps (the states do not depend on it)
+            q = type(x).sym("q")
+            f = ca.Function("f", [t, ca.vertcat(x, q), P],
+                            [ca.vertcat(xdot, _power_expr(num, tuple(st.inputs[k].fn for k in num.u_names), t, x, z, P))])
+            X0 = np.column_stack([X0, np.zeros(n)])
+        else:
+            f = ca.Function("f", [t, x, P], [xdot])
+        rollout = make_rollout(f, st.integrator, h, (len(grid) - 1) * st.substeps)
         F = rollout.map(n, "thread", threads) if n > 1 else rollout
         steps = (len(grid) - 1) * st.substeps
         out = np.asarray(_quiet_call(num, st, F, float(grid[0]), X0.T, st.p))  # nx × (steps · n), run after run
+        if quad:
+            st.quad.update(Q=[np.concatenate([[0.0], out[-1, st.substeps - 1 :: st.substeps]])],
+                           how=f"one more state of {st.integrator}")
+            out, X0 = out[:-1], X0[:, :-1]
         runs = []
         for k in range(n):
             Xk = out[:, k * steps : (k + 1) * steps]
@@ -609,7 +646,8 @@ def _main_integrator(num, grid, X0, st: _Setup, steps: int = STEPS_FIRST):
 
     sigs = tuple(st.inputs[name].fn for name in num.u_names)
     objs = (num.dae, *sigs)
-    key = (tuple(id(o) for o in objs), num.kind, st.integrator, st.iteration, st.rtol, st.atol, steps,
+    quad = bool(st.quad.get("want"))
+    key = (tuple(id(o) for o in objs), num.kind, st.integrator, st.iteration, st.rtol, st.atol, steps, quad,
            st.rhs.mode if st.rhs is not None else None,
            str(getattr(st.rhs.cache, "root", "")) if st.rhs is not None else "", grid.tobytes())
     hit = _INTEGRATORS.get(key)
@@ -619,7 +657,7 @@ def _main_integrator(num, grid, X0, st: _Setup, steps: int = STEPS_FIRST):
         return hit["F"]
     t, x, z, P, xdot, g = _dae_exprs(num, st, sigs)
     F = _sundials(num, st, t, x, z, P, xdot, g, float(grid[0]), [float(v) for v in grid], (X0[0], st.p, num.z_start),
-                  steps)
+                  steps, quad=_power_expr(num, sigs, t, x, z, P) if quad else None)
     rhs = st.rhs
     if len(_INTEGRATORS) >= _INTEGRATORS_MAX:
         _INTEGRATORS.pop(next(iter(_INTEGRATORS)))
@@ -671,6 +709,9 @@ def _integrate_sundials(num, grid, X0, st: _Setup, threads: int):
 
     res = _run_sundials(num, st, run, [float(v) for v in grid])
     if n == 1:
+        if st.quad.get("want"):  # ∫ power dt, integrated by the solver with the states (a quadrature)
+            st.quad.update(Q=[np.asarray(res["qf"], dtype=float).ravel()],
+                           how=f"{INTEGRATORS[st.integrator][0].upper()} quadrature")
         return [(np.asarray(res["xf"]).T, np.asarray(res["zf"]).T if num.nz else np.zeros((len(grid), 0)))]
     xf = np.asarray(res["xf"])  # nx × (len(grid) · n), trajectory after trajectory
     zf = np.asarray(res["zf"])
@@ -681,13 +722,23 @@ def _integrate_sundials(num, grid, X0, st: _Setup, threads: int):
     ]
 
 
-def _sundials(num, st, t, x, z, P, xdot, g, t0, tout, start=None, steps: int = STEPS_MAX):
+def _sundials(num, st, t, x, z, P, xdot, g, t0, tout, start=None, steps: int = STEPS_MAX, quad=None):
     """The CVODES/IDAS integrator over ``tout``; ``start`` = (x0, p, z0) for the probe of ``--compile auto``;
-    at most ``steps`` steps towards each output time."""
+    at most ``steps`` steps towards each output time; ``quad``: an integrand integrated with the states (a
+    quadrature: the solver's own steps and method, outside its error test, so the states do not change by a bit)."""
     plugin, plugin_opts = INTEGRATORS[st.integrator]
     dae = {"t": t, "x": x, "p": P, "ode": xdot}
     if num.nz:
         dae.update({"z": z, "alg": g})
+    if quad is not None:
+        dae["quad"] = quad
+    size = num.dae.n_instructions()
+    if size > BIG_RHS and id(num.dae) not in _ANNOUNCED:
+        _ANNOUNCED.add(id(num.dae))
+        from .compiled import progress
+
+        progress(f"the right-hand side is {size:,} instructions: building the {plugin.upper()} integrator (its "
+                 "Jacobian) and each evaluation take long")
     # show_eval_warnings: a right-hand side that is inf or NaN at a trial step (a blow-up) is a rejected step
     # that CVODES retries smaller, and CasADi printed a warning line for each (hundreds of thousands)
     opts = {"abstol": st.atol, "reltol": st.rtol, "max_num_steps": steps, "show_eval_warnings": False, **plugin_opts}
@@ -697,12 +748,41 @@ def _sundials(num, st, t, x, z, P, xdot, g, t0, tout, start=None, steps: int = S
     try:
         built = time.perf_counter()
         F = ca.integrator("F", plugin, dae, t0, tout, opts)
+        took = time.perf_counter() - built
+        if took > _progress_s():
+            from .compiled import progress
+
+            progress(f"building the {plugin.upper()} integrator took {took:.1f} s (right-hand side {size:,} "
+                     f"instructions{_jacobian_size(F)})")
         if st.rhs is None or start is None:
             return F
         return st.rhs.integrator(F, plugin, t0, tout, opts, lambda Fp, h: _probe(Fp, start, h),
                                  time.perf_counter() - built)
     except RuntimeError as exc:
         raise _failure(num, st, exc) from None
+
+
+BIG_RHS = 200_000  # a right-hand side of more VM instructions says so before its integrator is built (progress)
+_ANNOUNCED: set = set()  # ids of dae Functions already announced as big
+
+
+def _progress_s() -> float:
+    from .compiled import PROGRESS_S
+
+    return PROGRESS_S
+
+
+def _jacobian_size(F) -> str:
+    try:
+        return f", its Jacobian {F.get_function('jacF').n_instructions():,}"
+    except RuntimeError:
+        return ""
+
+
+def _power_expr(num, sigs: tuple, t, x, z, P):
+    """The model's power (dE/dt along the flow: supplied − dissipated) with the input signals ``sigs`` bound in."""
+    u = ca.vertcat(*[fn(t, x, P) for fn in sigs]) if sigs else type(x)(0, 1)
+    return num.power(t, x, z, P, u)
 
 
 def _probe(F, start, h: float) -> tuple[dict, bool]:
@@ -817,18 +897,39 @@ def _integrate_projected(num, grid, x0, st, t, x, z, P, xdot, g):
 def _run_sundials(num, st: _Setup, run, edges: list[float]):
     """``run(steps)``: build and call a CVODES/IDAS integrator taking at most ``steps`` steps per output time, with
     what it prints captured (pdsl.quiet). First STEPS_FIRST; on CV_TOO_MUCH_WORK again with STEPS_MAX unless
-    :func:`_more_steps_may_help` says no. ``edges``: the start and the output times of the integration."""
+    :func:`_more_steps_may_help` says no. ``edges``: the start and the output times of the integration.
+
+    What the first attempt printed counts in the CLI's note (pdsl.quiet) only when it is the last one: a run
+    redone with more steps prints it all again, and a redone run that succeeds printed nothing worth a note
+    (Robertson's ``At t = ..., mxstep steps taken before reaching tout.`` of the first attempt)."""
     from .. import quiet
 
     for steps in (STEPS_FIRST, STEPS_MAX):
-        with quiet.capture() as out:
+        with quiet.capture(tally=steps == STEPS_MAX) as out:
             try:
                 return run(steps)
             except RuntimeError as exc:
                 err = exc
         verdict = _more_steps_may_help(err, out, edges, steps)
         if steps == STEPS_MAX or verdict is not True:
+            if steps != STEPS_MAX:
+                _tally(out)
             raise _failure(num, st, err, out, steps, verdict if isinstance(verdict, str) else "")
+
+
+def _tally(out) -> None:
+    """Add a captured call's output (pdsl.quiet.Output: counts, head, tail) to the process-wide tally the CLI notes."""
+    from .. import quiet
+
+    if not out or quiet._passthrough:
+        return
+    total = quiet.total()
+    with quiet._feed_lock:
+        total.feed(out.head)
+        if not out.complete:
+            total.feed(out.tail)  # then the counts of what neither kept (or twice, where they overlap)
+            total.chars += out.chars - len(out.head) - len(out.tail)
+            total.newlines += out.newlines - out.head.count("\n") - out.tail.count("\n")
 
 
 _AT_T = re.compile(r"At t = ?([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)")
@@ -1028,14 +1129,21 @@ def _result(num, grid, X, Z, p, inputs, info, rhs=None) -> SimulationResult:
     )
 
 
-def energy_balance(t: np.ndarray, energy: np.ndarray, power: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def energy_balance(t: np.ndarray, energy: np.ndarray, power: np.ndarray,
+                   integral: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(∫₀ᵗ P ds, E(t) − E(0) − ∫₀ᵗ P ds) on the output grid, P = dE/dt along the flow.
 
     P is the net power into the system (inputs and forces supply, dampers and resistors
     dissipate); the residual is zero for the exact solution, so it measures the integration
     error of driven and damped models the way the drift |E(t) − E(0)| does for conservative
-    ones. The integral is Simpson's rule on the output grid (O(dt⁴) for smooth P): :func:`cumulative_simpson`,
-    scipy's rule in numpy (importing scipy.integrate costs 0.3–0.8 s)."""
+    ones. ``integral``: ∫ P ds integrated with the states (``SimulationResult.power_integral``: a quadrature of
+    the integrator, its steps and method), so that the residual measures the simulation; without it, Simpson's
+    rule on the output grid (O(dt⁴) for smooth P, which then dominates the residual of an accurate run: a
+    drivetrain right to 1.3e-7 showed 1.1e-2): :func:`cumulative_simpson`, scipy's rule in numpy (importing
+    scipy.integrate costs 0.3–0.8 s)."""
+    if integral is not None:
+        integral = np.asarray(integral, dtype=float)
+        return integral, energy - energy[0] - integral
     if len(t) < 2:
         return np.zeros_like(t), np.zeros_like(t)
     integral = cumulative_simpson(power, t)

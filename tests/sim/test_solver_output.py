@@ -12,6 +12,7 @@ import ctypes
 import sys
 
 import casadi as ca
+import numpy as np
 import pytest
 
 from pdsl import quiet
@@ -79,7 +80,7 @@ def test_blowup_is_located_quiet_and_stops_at_the_first_budget(tmp_path, capfd, 
 
 
 def test_chattering_sign_is_located_with_no_stray_line(tmp_path, capfd, budgets):
-    code = _run(tmp_path, COULOMB, "--t-end", "10")
+    code = _run(tmp_path, COULOMB, "--t-end", "10", "--switches", "step-through")
     _, err = capfd.readouterr()
     assert code == 2
     lines = err.splitlines()
@@ -93,10 +94,20 @@ def test_chattering_sign_is_located_with_no_stray_line(tmp_path, capfd, budgets)
     assert set(budgets) == {S.STEPS_FIRST}  # projected hopeless: not rerun with STEPS_MAX
 
 
+def test_sticking_is_slid_on_by_default(tmp_path, capfd):
+    """The same model with the switching surface located (the default): the block sticks where the spring cannot
+    overcome friction (k·x = 1 < mu·m·g = 4.9), Filippov's sliding mode at v = 0; exit 0."""
+    code = _run(tmp_path, COULOMB, "--t-end", "10")
+    out, _ = capfd.readouterr()
+    assert code == 0 and "sliding phase" in out
+    data = np.loadtxt(tmp_path / "out.csv", delimiter=",", skiprows=1)
+    assert np.allclose(data[:, 1], 1.0, atol=1e-9) and np.allclose(data[:, 2], 0.0, atol=1e-9)
+
+
 def test_minus_vv_lets_the_solver_speak(tmp_path, capfd, budgets):
     try:
         code = main(["-vv", "simulate", str(_write(tmp_path, COULOMB)), "-o", str(tmp_path / "out.csv"),
-                     "--compile", "no", "--t-end", "10"])
+                     "--compile", "no", "--t-end", "10", "--switches", "step-through"])
     finally:
         quiet.set_passthrough(False)
     _, err = capfd.readouterr()

@@ -155,8 +155,13 @@ def _loss(num, grid, k, target):
 @pytest.mark.parametrize("x0", [0.5, 2.0])  # inside the linear zone throughout; crossing |x| = 1 repeatedly
 def test_saturation_gradient_matches_finite_differences(x0):
     num = compile_model("<test>", text=SATURATION).numeric
-    r0 = simulate(num, np.linspace(0, 3, 31), x0={"x": x0})
+    r0 = simulate(num, np.linspace(0, 3, 31), x0={"x": x0}, switches="step-through")
     assert "switch_times" not in r0.info and "state" in r0.info["state_conditions"]
+    # located (the default): the same trajectory, with the crossings of |x| = 1 as mode changes
+    r1 = simulate(num, np.linspace(0, 3, 31), x0={"x": x0}, rtol=1e-12, atol=1e-14)
+    r2 = simulate(num, np.linspace(0, 3, 31), x0={"x": x0}, rtol=1e-12, atol=1e-14, switches="step-through")
+    assert np.max(np.abs(r1.x - r2.x)) < 1e-7
+    assert any(text.startswith("Abs(x) <") for _, text, _ in r1.info["switches"]) == (x0 > 1)
     t, x, p = ca.SX.sym("t"), ca.SX.sym("x", 2), ca.SX.sym("p", 2)
     f = ca.Function("f", [t, x, p], [num.rhs(t, x, p, ca.DM(0, 1))])
     grid = np.linspace(0, 3, 31)
@@ -229,4 +234,7 @@ def test_cli_reports_switches_and_state_conditions(tmp_path, capsys):
     sat = tmp_path / "sat.phm"
     sat.write_text(SATURATION)
     assert main(["simulate", str(sat), "--t-end", "1", "--dt", "0.1", "-o", str(tmp_path / "b.csv")]) == 0
-    assert "note: 1 condition(s) on the state" in capsys.readouterr().out
+    assert "switching surfaces located:" in capsys.readouterr().out  # located by default (LANGUAGE.md §11)
+    assert main(["simulate", str(sat), "--t-end", "1", "--dt", "0.1", "-o", str(tmp_path / "b.csv"),
+                 "--switches", "step-through"]) == 0
+    assert "note: --switches step-through: 1 condition(s) on the state" in capsys.readouterr().out
