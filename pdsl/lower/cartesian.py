@@ -935,14 +935,18 @@ def _hamiltonian_system(model, layout, rows, terms_V, position, gains=None):
         coeffs += [(mu2_of[k], data.K[k][i]) for k in hol if i in data.K[k]]
         lin.append(_LinRow(coeffs=tuple(coeffs), rhs=f.get(i, _ZERO), origin=mom[i].span, label=f"−∂H/∂{x[i].name} + F (+ projection)"))
     if C:
+        factor = _ldl(C, data.G)
         if H:
-            sub = {(a, b): data.G[(hol[a], hol[b])] for a in range(H) for b in range(a + 1) if (hol[a], hol[b]) in data.G}
-            factor2 = _ldl(H, sub)
+            if H == C:  # no velocity rows: μ₂ has the same Gram matrix
+                factor2 = factor
+            else:
+                sub = {(a, b): data.G[(hol[a], hol[b])] for a in range(H) for b in range(a + 1)
+                       if (hol[a], hol[b]) in data.G}
+                factor2 = _ldl(H, sub)
             # G μ₂ = −DΦ M⁻¹p − Φ_t  (position level: keeps Φ̇ = DΦ ẋ + Φ_t = 0)
             rhs2 = [([], -data.velocity_level(k, v)) for k in hol]
             lin += _solve_rows(factor2, tuple(rows[k] for k in hol), rhs2, mu2, eta2,
                                "multiplier μ₂ (position level, projection)")
-        factor = _ldl(C, data.G)
         # G μ₁ = K M⁻¹p + DΦ M⁻¹f + S μ₂ + ∂ψ/∂t,  S_kl = K_k·W_l − W_k·K_l  (velocity level; velocity rows too)
         rhs1 = []
         for k in range(C):
