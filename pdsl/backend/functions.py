@@ -91,19 +91,25 @@ class NumericSystem:
 _CSE_FROM = 20_000
 
 
-def _switches(system, laws, conv, neural, kind, T, c, args, time_only: set):
-    """The switching surfaces of the dynamics (pdsl.backend.switching), None when there are none, or more than
-    MAX_SWITCHES (then the integrators step through them, as before)."""
-    from .switching import MAX_SWITCHES, find_switches, switch_functions
-    from .sympy_to_casadi import Converter
+def _found_switches(system, laws, time_only: set) -> list:
+    """pdsl.backend.switching.find_switches on the dynamics (input laws substituted); conditions on t and parameters
+    alone are not among them: they keep their pre-located switching times (pdsl.backend.events)."""
+    from .switching import find_switches
 
-    t, x, z, p, u = args
     rows = [e.lhs - e.rhs for e in system.differential + system.algebraic]
     if laws:
         rows = [r.xreplace(laws) for r in rows]
     states = {st.symbol for st in system.states} | {a.symbol for a in system.algebraics}
-    # conditions on t and parameters alone keep their pre-located switching times (pdsl.backend.events)
-    found = find_switches(rows, states, time_only)
+    return find_switches(rows, states, time_only)
+
+
+def _switches(system, laws, conv, neural, kind, T, c, args, found):
+    """The switching surfaces of the dynamics (pdsl.backend.switching), None when there are none, or more than
+    MAX_SWITCHES (then the integrators step through them, as before)."""
+    from .switching import MAX_SWITCHES, switch_functions
+    from .sympy_to_casadi import Converter
+
+    t, x, z, p, u = args
     if not found or len(found) > MAX_SWITCHES:
         return None
     nx = len(system.states)
@@ -132,38 +138,20 @@ def _switches(system, laws, conv, neural, kind, T, c, args, time_only: set):
     return switch_functions(found, dynamics, c, T, args)
 
 
-def _switching(system, laws, time_only, c, args):
-    """The switching functions on the state of the dynamics: a comparison's lhs − rhs (not those on t alone, which are
-    located before integrating), the argument of sign, abs, and of min/max (the difference of their two arguments)."""
-    import sympy as sp
+def _switching(found, c, args):
+    """The switching functions on the state of the dynamics (pdsl.backend.switching.find_switches: a comparison's
+    lhs − rhs, not those on t alone, which are located before integrating; the argument of sign and abs; the
+    difference of min/max's arguments) as one Function, with their texts: what an integrator failure's diagnosis
+    reads. Not built for more than MAX_SWITCHES (a swarm's pairwise terms: the texts only)."""
+    from .switching import MAX_SWITCHES
 
-    rows = [e.lhs - e.rhs for e in system.differential + system.algebraic]
-    if laws:
-        rows = [r.xreplace(laws) for r in rows]
-    states = {st.symbol for st in system.states} | {a.symbol for a in system.algebraics}
-    found: dict = {}
-    seen: set = set()
-    stack = list(rows)
-    timeish = set(time_only)
-    while stack:
-        e = stack.pop()
-        if not isinstance(e, sp.Basic) or e in seen or e.is_Atom:
-            continue
-        seen.add(e)
-        stack.extend(e.args)
-        if not (e.free_symbols & states) or e in timeish:
-            continue
-        if isinstance(e, sp.core.relational.Relational) and not isinstance(e, sp.Eq | sp.Ne):
-            found.setdefault(e.lhs - e.rhs, f"{e}")
-        elif isinstance(e, sp.sign | sp.Abs):
-            found.setdefault(e.args[0], f"{e}")
-        elif isinstance(e, sp.Min | sp.Max) and len(e.args) == 2:
-            found.setdefault(e.args[0] - e.args[1], f"{e}")
     if not found:
         return None, ()
-    keys = sorted(found, key=sp.default_sort_key)
-    fn = ca.Function("switching", list(args), [ca.vertcat(*[c(k) for k in keys])], ["t", "x", "z", "p", "u"], ["s"])
-    return fn, tuple(found[k] for k in keys)
+    texts = tuple(sw[2] for sw in found)
+    if len(found) > MAX_SWITCHES:
+        return None, texts
+    fn = ca.Function("switching", list(args), [ca.vertcat(*[c(sw[1]) for sw in found])], ["t", "x", "z", "p", "u"], ["s"])
+    return fn, texts
 
 
 def to_casadi(system: SymbolicSystem, *, seed: int = 0, kind: str | None = None) -> NumericSystem:
@@ -279,8 +267,9 @@ def to_casadi(system: SymbolicSystem, *, seed: int = 0, kind: str | None = None)
     )
     rels = relationals([e.lhs - e.rhs for e in system.differential + system.algebraic] + list(laws.values()))
     n_time = len(time_conditions(list(rels), {q.symbol for q in system.params})) if rels else 0
-    switching, switching_names = _switching(system, laws, conditions, c, (t, x, z, p, u))
-    state_switches = _switches(system, laws, conv, neural, kind, T, c, (t, x, z, p, u), set(conditions))
+    found = _found_switches(system, laws, set(conditions))
+    switching, switching_names = _switching(found, c, (t, x, z, p, u))
+    state_switches = _switches(system, laws, conv, neural, kind, T, c, (t, x, z, p, u), found)
     hybrid = None
     if system.events or state_switches is not None:
         from .hybrid import hybrid_functions

@@ -65,7 +65,9 @@ def find_switches(rows, states: set, time_only: set):
             continue
         seen.add(e)
         stack.extend(e.args)
-        if not (e.free_symbols & states) or e in time_only:
+        if not isinstance(e, _REL | sp.sign | sp.Abs | sp.Min | sp.Max):  # free_symbols only of candidates: cheap
+            continue
+        if e in time_only or not (e.free_symbols & states):
             continue
         if isinstance(e, _REL) and not isinstance(e, sp.Eq | sp.Ne):
             less = isinstance(e, sp.StrictLessThan | sp.LessThan)

@@ -733,6 +733,12 @@ def cmd_compile(args) -> int:
     print(f"{m.name}: {args.target} target, {len(files)} files -> {args.output}")
     for f in files:
         print(f"  {f}")
+    sw = num.hybrid.switches if num.hybrid is not None else None
+    if sw is not None:  # LANGUAGE.md §11: the targets evaluate the switches as written; no modes, no sliding
+        print(f"  note: the {args.target} target evaluates the {sw.n} switching function"
+              f"{'s' if sw.n != 1 else ''} of the model ({', '.join(sw.texts[:3])}{', …' if sw.n > 3 else ''}) as "
+              "written: a solver steps through them; sliding modes (Filippov) are not yet supported in compiled "
+              "targets and FMUs")
     return EXIT_OK
 
 
