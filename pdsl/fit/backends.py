@@ -29,6 +29,8 @@ def torch_unsupported(num: NumericSystem, spec: LossSpec) -> str | None:
         return f"{num.system.name} is a DAE"
     if num.rhs is None:
         return f"{num.system.name} has no explicit right-hand side"
+    if getattr(num, "hybrid", None) is not None and num.hybrid.conditions:
+        return "the torch backend does not locate events (`when`)"
     return None
 
 

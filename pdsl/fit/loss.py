@@ -175,7 +175,13 @@ def _interval(num: NumericSystem, method: str, substeps: int, dt: float | None, 
     else:
         rhs, h = num.rhs(t_abs, x, p, u), dt / substeps
     f = ca.Function("f_interval", [tau, x, q], [rhs])
-    step = make_step(f, method, h, **step_options)
+    events = interval_events(num, tau, x, q, t_abs, p, u)
+    if events is not None:  # `when`: each step locates the events in it (pdsl.numerics.events)
+        from ..numerics.events import make_event_step
+
+        step = make_event_step(f, method, h, events, **step_options)
+    else:
+        step = make_step(f, method, h, **step_options)
     sym = ca.SX.sym if step.is_a("SXFunction") else ca.MX.sym
     names = ["x", "p", "u0", "u1", "tk"] + (["h"] if variable else [])
     sizes = [num.nx, n_p, nu, nu, 1, 1]
@@ -185,6 +191,40 @@ def _interval(num: NumericSystem, method: str, substeps: int, dt: float | None, 
     for j in range(substeps):
         xk = step(j * h, xk, qq)
     return ca.Function("interval", args, [xk], names, ["x_next"])
+
+
+def interval_events(num: NumericSystem, tau, x, q, t_abs, p, u):
+    """The model's events (``when``) in the interval's time variable τ (:class:`pdsl.numerics.events.StepEvents`),
+    None for a model without them. Resets of states only; the impulse of a constrained part is not fitted yet."""
+    hy = num.hybrid
+    if hy is None or not hy.conditions:
+        return None
+    from ..numerics.events import StepEvents
+
+    def refuse(what: str):
+        line = hy.lines[0]
+        raise PdslError.at("NotYetSupported", f"fitting through the event `{hy.labels[0]}`: {what}", num.system.span,
+                           f"simulate it with pdsl simulate (line {line}); fitting through events takes models whose "
+                           "resets set states directly")
+
+    if num.nz:
+        refuse(f"{num.system.name} has algebraic variables")
+    if num.invariants.size1_out(0) or hy.velocity_rows is not None:
+        refuse("a reset of a constrained part is an impulse, which the fit's integrators do not apply yet")
+    sym = type(x).sym
+    z = sym("z", 0)
+    atoms = ca.Function("atoms_interval", [tau, x, q], [hy.atoms(t_abs, x, z, p, u)])
+    resets = []
+    for j, fn in enumerate(hy.resets):
+        if fn is None:
+            resets.append(None)
+            continue
+        missing = [n for n in hy.targets[j] if n not in num.x_names]
+        if missing:
+            refuse(f"`reinit({missing[0]}, …)` sets a column that is not a state")
+        idx = tuple(num.x_names.index(n) for n in hy.targets[j])
+        resets.append((idx, ca.Function(f"reset{j}_interval", [tau, x, q], [fn(t_abs, x, z, p, u)])))
+    return StepEvents(atoms, tuple(hy.strict), tuple(hy.conditions), tuple(resets), tuple(hy.terminate))
 
 
 def casadi_step_options(spec: LossSpec) -> dict:
