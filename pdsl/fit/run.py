@@ -435,12 +435,52 @@ def _check_start_loss(run: FitRun, theta: np.ndarray, chunks) -> None:
     biggest = float(block[r, c])
     why = (f"the largest value there is {names[c]} = {biggest:.3g}, whose square overflows" if biggest > 1e150
            else "the model's rollout from this sample blows up")
+    hint = "rescale the data (SI units, values well below 1e150), drop this trajectory, or start from other parameter values"
+    events = _event_failure(run, loss, theta, tr, s, chunks.steps) if biggest <= 1e150 else None
+    if events is not None:
+        why, hint = events
     raise PdslError.at(
         "BadTrajectoryData",
         f"the loss is not finite on the chunk of trajectory {tr.label} starting at line {tr.first_line + s}: {why}",
         _row_span(run.data.path, line, names[c]),
-        "rescale the data (SI units, values well below 1e150), drop this trajectory, or start from other parameter values",
+        hint,
     )
+
+
+def _event_failure(run: FitRun, loss, theta: np.ndarray, tr, s: int, steps: int) -> tuple[str, str] | None:
+    """Why a chunk's rollout from sample ``s`` of a model with events is not finite, when an event is the cause
+    (pdsl.numerics.events: a `terminate` inside the data, or two firings in one integration step): (why, hint)."""
+    hy = getattr(run.num, "hybrid", None)
+    if hy is None or not hy.conditions or not isinstance(loss, ChunkLoss) or loss.spec.variable_step:
+        return None
+    p = run.layout.p_from_theta(theta)
+    x = np.asarray(loss._x0(float(tr.t[s]), tr.S[s], p), dtype=float).ravel()
+    U = tr.U if tr.U.size else np.zeros((len(tr.t), 0))
+    z = np.zeros(0)
+    for k in range(s, min(s + steps, len(tr.t) - 1)):
+        x_next = np.asarray(loss.interval(x, p, U[k], U[k + 1], float(tr.t[k])), dtype=float).ravel()
+        if np.all(np.isfinite(x_next)):
+            x = x_next
+            continue
+        if not np.all(np.isfinite(x)):
+            return None
+        t = float(tr.t[k])  # the crossing: a Newton step of each atom from the step's start along the flow
+        g = np.asarray(hy.atoms(t, x, z, p, U[k]), dtype=float).ravel()
+        f = np.asarray(run.num.rhs(t, x, p, U[k]), dtype=float).ravel()
+        dt = float(tr.t[k + 1] - t)
+        gdot = (np.asarray(hy.atoms(t + 1e-6 * dt, x + 1e-6 * dt * f, z, p, U[k]), dtype=float).ravel() - g) / (1e-6 * dt)
+        taus = [t - g[i] / gdot[i] for i in range(len(g)) if gdot[i] != 0 and t <= t - g[i] / gdot[i] <= t + dt]
+        when = f"t ≈ {min(taus):.6g}" if taus else f"t = {t:.6g} … {tr.t[k + 1]:.6g}"
+        stops = [hy.labels[j] for j in range(len(hy.terminate)) if hy.terminate[j]]
+        if stops:
+            return (f"the rollout reaches a terminating event ({' or '.join(f'`{l}`' for l in stops)}) at {when}, but the "
+                    f"data go on to t = {float(tr.t[-1]):.6g} (or events come closer together than one integration "
+                    "step there)",
+                    "data after a terminating event cannot be fitted: end the data before it, remove the `terminate`, "
+                    "or start from other parameter values (--param)")
+        return (f"two events fire within one integration step at {when} (events accumulate there: the fit takes one "
+                "event per step)", "start from other parameter values (--param), or use more --substeps")
+    return None
 
 
 def _checked_save(run: FitRun, path: Path, fp: dict) -> Callable:
