@@ -870,7 +870,10 @@ def _banner(run: FitRun, n_train: int, n_val: int, epoch: int, segments=None) ->
             + ("" if c.start != "estimate" else "; chunk starts estimated"
                + (f" (unmeasured: {', '.join(run.data.latent)})" if run.data.latent else ""))
             + ("" if run.data.uniform else "; irregular sampling")
-            + (f"\n  {run.substeps_note}" if run.substeps_note else ""))
+            + (f"\n  {run.substeps_note}" if run.substeps_note else "")
+            + (f"\n  events located inside the {c.integrator} steps (at most one per step): "
+               + ", ".join(f"`{label}`" for label in run.num.hybrid.labels)
+               if getattr(run.num, "hybrid", None) is not None and run.num.hybrid.conditions else ""))
 
 
 def _summary(run: FitRun, result: Result, elapsed: float) -> dict:
