@@ -405,10 +405,6 @@ def cmd_simulate(args) -> int:
     _write_simulation(args, res)
     grid = res.t
     events = res.info.get("events")
-    if args.columns:
-        from ..data.formats import parse_columns, select_columns
-
-        names, data = select_columns(names, data, parse_columns(args.columns))
     how = f"rtol {args.rtol:g}" if "rtol" in res.info else f"h = {args.dt / args.substeps:g}"
     print(f"{m.name}: {len(grid)} samples, t = 0 … {grid[-1]:g}, {res.info['integrator']} {how} -> {args.output}")
     if res.info.get("switches"):
