@@ -199,20 +199,12 @@ def compile_options(args, *, numeric: bool = True, stabilize: str = "none"):
 
 
 def _velocity_notes(model) -> list[Diagnostic]:
-    """Integrability of the velocity constraints: a note per constraint that is holonomic in disguise."""
-    if not any(c.kind == "velocity" for c in model.constraints):
-        return []
-    from ..lower.integrability import classify_model_constraints
+    """What `check` says of a model that lowers: two junctions bonded twice (warning[DoubleBond]), velocity
+    constraints that integrate, alone or only in combination (note[HolonomicInDisguise], note[IntegrableCombination])."""
+    from ..lower.integrability import velocity_notes
+    from ..lower.port_hamiltonian import double_bonds
 
-    notes = []
-    for c, integrable, why in classify_model_constraints(model):
-        if integrable:
-            notes.append(Diagnostic(
-                "HolonomicInDisguise", f"velocity constraint {why}", c.span,
-                hint="it is the time derivative of a holonomic constraint; writing that constraint instead "
-                     "removes a degree of freedom and the drift of the integrated quantity",
-                severity="note"))
-    return notes
+    return double_bonds(model) + velocity_notes(model)
 
 
 def cmd_check(args) -> int:
@@ -267,6 +259,11 @@ def cmd_show(args) -> int:
 
     compiled = compile_model(args.file, compile_options(args, numeric=False))
     m, system = compiled.model, compiled.system
+    from ..lower.port_hamiltonian import double_bonds
+
+    warnings = double_bonds(m)
+    if warnings:
+        print(render(warnings, color=sys.stderr.isatty()), file=sys.stderr)
     sys.stdout.write(render_system(system, args.format, simplify=not args.raw))
     if any(c.kind == "velocity" for c in m.constraints):
         _show_integrability(m)
