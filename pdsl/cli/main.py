@@ -174,7 +174,26 @@ def build_parser() -> argparse.ArgumentParser:
         parser = sub.choices[action.dest]
         if parser.description is None:
             parser.description = action.help
+    for parser in set(sub.choices.values()):
+        _global_flags_after(parser)
     return ap
+
+
+def _global_flags_after(p: argparse.ArgumentParser) -> None:
+    """The global flags also after the command (`pdsl simulate m.phm -v ...`): absent there, they leave the value
+    given before it (SUPPRESS); -v after the command adds to the count before it (_main). A flag the command
+    already defines (fit's own --quiet: no progress bar) stays the command's."""
+    taken = set(p._option_string_actions)
+    if "--debug" not in taken:
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="as before the command")
+    quiet = [f for f in ("-q", "--quiet") if f not in taken]
+    if quiet:
+        p.add_argument(*quiet, dest="summary_quiet", action="store_true", default=argparse.SUPPRESS,
+                       help="as before the command")
+    verbose = [f for f in ("-v", "--verbose") if f not in taken]
+    if verbose:
+        p.add_argument(*verbose, dest="verbose_after", action="count", default=argparse.SUPPRESS,
+                       help="as before the command")
 
 
 def _consts(items: list[str]) -> dict[str, int]:
@@ -881,6 +900,7 @@ def _main(argv: list[str] | None) -> int:
     debug = "--debug" in argv or "-vv" in argv or argv.count("-v") + argv.count("--verbose") >= 2
     try:
         args = build_parser().parse_args(argv)
+        args.verbose += getattr(args, "verbose_after", 0)  # -v before and after the command add up
         if args.version:
             from .. import __version__
 

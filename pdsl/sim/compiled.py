@@ -8,7 +8,10 @@ is the same operations in the same order (no ``-ffast-math``, no ``-march``): th
 to the VM's (tested).
 
 The shared object is cached like the compiled model (:mod:`pdsl.cache`): ``<cache dir>/rhs-<sha256>.so``, the
-key a hash of the generated C text, the compiler and its flags; atomic writes. The C is compiled in a private
+key a hash of the graph the functions are made from (the integrator's oracle, serialised once; never the derived
+Jacobian, :func:`_key`), the integrator options that shape them, the compiler and its flags; atomic writes.
+A library whose predicted build exceeds :data:`BUILD_S_MAX` is not built (the VM runs, and the report says why),
+and a build predicted to take more than :data:`PROGRESS_S` says so on standard error (:func:`progress`). The C is compiled in a private
 work directory (``$TMPDIR/pdsl-cc-<pid>-<hex>``, 0700, locked while the build runs; an abandoned one, left by a
 killed run, is removed by the next build); the library's bytes then go into the cache with a MAC
 (:meth:`pdsl.cache.ModelCache.store_library`), and a cached library is loaded only after its bytes are
@@ -73,11 +76,24 @@ JAC_PLACEHOLDER_ABOVE = 20_000  # functional iteration never calls jacF: a NaN p
 # the grid functions (energy, power, ...) run once per output sample: compiled only while they build in seconds
 # (RLC ladder N = 1000: 40,000 instructions, a build of minutes for a saving of milliseconds)
 GRID_INSTRUCTIONS_MAX = 20_000
+# a library whose predicted build (BUILD_S_FIXED + BUILD_S_PER_INSTRUCTION per instruction) exceeds this is not
+# built, whatever --compile says: the VM runs it and the report says why (~800,000 instructions; Cucker–Smale
+# N = 100, 198,409, builds in 36 s)
+BUILD_S_MAX = 120.0
+PROGRESS_S = 2.0  # a stage predicted (or found) to take longer than this says so on standard error (progress)
 
 _COMPILER: list = []  # [path or None], found once per process
 _LOADED: dict[str, ca.Importer] = {}  # key -> loaded library (this process)
 _BUILDS: list = [0]  # libraries built in this process (a VM choice of ``auto`` is revisited after one)
 _GRID: dict = {}  # identities of grid functions -> (them, their compiled versions)
+
+
+def progress(text: str) -> None:
+    """One line on standard error while a long stage runs (``pdsl: compiling ...``): the run is not hung. pdsl's
+    own write: it reaches the terminal inside a captured solver call too (pdsl.quiet)."""
+    import sys
+
+    print(f"pdsl: {text}", file=sys.stderr, flush=True)
 
 
 def generation() -> int:
@@ -126,8 +142,15 @@ class RhsPlan:
                 self._decide(False, why)
                 return F0
         funcs = _library_functions(F0, opts)
+        size = {f.name(): f.n_instructions() for f in funcs}
+        predicted = BUILD_S_FIXED + BUILD_S_PER_INSTRUCTION * sum(size.values())
+        if predicted > BUILD_S_MAX:  # never reached by a model built in reasonable time; stays with the VM
+            parts = ", ".join(f"{k} {v:,}" for k, v in size.items() if v)
+            self._decide(False, f"not compiled: {sum(size.values()):,} instructions ({parts}) would take a C build "
+                                f"of ~{_duration(predicted)}, more than {BUILD_S_MAX:g} s")
+            return F0
         cc = find_compiler()
-        key = _key(funcs, cc)
+        key = _key(funcs, cc, F0.oracle(), {**opts, "plugin": plugin})
         imp = _loaded(key, self.cache)
         if imp is None:
             if self.compiled is None and self.mode == "auto":
@@ -136,6 +159,9 @@ class RhsPlan:
                     self._decide(False, why)
                     return F0
                 self.reason = why
+            if predicted > PROGRESS_S:
+                progress(f"compiling the right-hand side to C: {sum(size.values()):,} instructions, "
+                         f"~{_duration(predicted)} ({'cached for later runs' if self.cache is not None else 'not cached'})")
             t = time.perf_counter()
             try:
                 imp = _build(_source(funcs), key, cc, self.cache)
@@ -279,14 +305,40 @@ def _source(funcs: list[ca.Function]) -> str:
     return cg.dump()
 
 
-def _key(funcs: list[ca.Function], cc: str | None) -> str:
-    """sha256 of the functions (CasADi's serialisation: the generated C is a function of it and of CasADi's
-    version) with the compiler and its flags; cheaper than generating the C text (CS N = 100: 12 ms vs 0.3 s)."""
+def _key(funcs: list[ca.Function], cc: str | None, source: ca.Function | None = None, opts: dict | None = None) -> str:
+    """sha256 of what the library is made of, with the compiler, its flags and CasADi's version: cheap whatever the
+    size of the functions.
+
+    The integrator's functions (``daeF``, ``jacF``, ...) are made by CasADi from one graph, the integrator's oracle
+    (``source``: the model's right-hand side), and the integrator options that shape them: that graph's
+    serialisation is hashed once, with the options and, per function, its name, size and signature (a guard).
+    The derived functions are never serialised: the Jacobian of a large right-hand side is 10–40× its size
+    (the tied-port slider-crank of issue 30: rhs 481,358 instructions, its Jacobian 19,382,300, whose
+    serialisation took minutes and gigabytes). Without a ``source`` (the grid functions, each at most
+    GRID_INSTRUCTIONS_MAX instructions) every function's serialisation is hashed."""
     h = hashlib.sha256()
-    for part in (*(f.serialize() for f in funcs), str(cc), " ".join(FLAGS), ca.__version__):
-        h.update(part.encode("utf-8", "surrogatepass"))
+
+    def put(text: str) -> None:
+        h.update(text.encode("utf-8", "surrogatepass"))
         h.update(b"\x00")
+
+    put(f"pdsl-rhs-key-2 {ca.__version__} {cc} {' '.join(FLAGS)}")
+    if source is None:
+        for f in funcs:
+            put(f.serialize())
+        return h.hexdigest()
+    put(source.serialize())
+    put(repr(sorted((k, repr(v)) for k, v in (opts or {}).items() if k not in _NUMERIC_OPTIONS)))
+    for f in funcs:
+        put(" ".join([f.name(), str(f.n_instructions()), str(f.n_in()), str(f.n_out()),
+                      *(f.sparsity_in(i).serialize() for i in range(f.n_in())),
+                      *(f.sparsity_out(i).serialize() for i in range(f.n_out()))]))
     return h.hexdigest()
+
+
+# integrator options that change numbers the integrator uses, not the functions it is built from (left out of the key:
+# one library serves every tolerance)
+_NUMERIC_OPTIONS = frozenset({"abstol", "reltol", "max_num_steps", "show_eval_warnings", "disable_internal_warnings"})
 
 
 def library_path(cache, key: str) -> Path | None:
