@@ -744,6 +744,8 @@ def _sundials(num, st, t, x, z, P, xdot, g, t0, tout, start=None, steps: int = S
     opts = {"abstol": st.atol, "reltol": st.rtol, "max_num_steps": steps, "show_eval_warnings": False, **plugin_opts}
     if st.iteration == "functional":
         opts["nonlinear_solver_iteration"] = "functional"
+    if quad is not None and QUAD_ERR_CON:
+        opts["quad_err_con"] = True
     # the output grid includes t0, so that z(t0) is the consistent value IDAS computes, not the guess
     try:
         built = time.perf_counter()
@@ -762,6 +764,7 @@ def _sundials(num, st, t, x, z, P, xdot, g, t0, tout, start=None, steps: int = S
         raise _failure(num, st, exc) from None
 
 
+QUAD_ERR_CON = True
 BIG_RHS = 200_000  # a right-hand side of more VM instructions says so before its integrator is built (progress)
 _ANNOUNCED: set = set()  # ids of dae Functions already announced as big
 
