@@ -15,15 +15,16 @@ are watched for accuracy (the integration restarts there), with no mode.
 from __future__ import annotations
 
 import casadi as ca
-import sympy as sp
 
 from ..records import record
+
+# sympy is imported where a model is lowered (find_switches, switch_functions): the simulator reads MAX_SWITCHES
+# from here for a cached model, which imports no sympy
 
 __all__ = ["SwitchFunctions", "find_switches", "switch_functions", "MAX_SWITCHES"]
 
 # more surfaces than this (pairwise sign() of a swarm): a note, and the integrators step through them
 MAX_SWITCHES = 64
-_REL = sp.core.relational.Relational
 
 
 @record(kw_only=False, slots=False)
@@ -56,6 +57,9 @@ class SwitchFunctions:
 def find_switches(rows, states: set, time_only: set):
     """[(kind, s, text, strict, node)] for the switches in the sympy expressions ``rows`` (each subexpression once):
     ``node`` is what the mode replaces (the comparison, or the sign(...) call; None for a kink)."""
+    import sympy as sp
+
+    _REL = sp.core.relational.Relational
     found: dict = {}
     seen: set = set()
     stack = list(rows)
@@ -86,6 +90,8 @@ def switch_functions(switches, dynamics, c, T, args) -> SwitchFunctions:
     """``switches`` from :func:`find_switches`; ``dynamics(subs, extra_symbols) -> (xdot, g)`` rebuilds the
     system's dynamics (CasADi) with the sympy substitution ``subs`` applied first; ``c`` converts a sympy
     expression; ``args`` = (t, x, z, p, u)."""
+    import sympy as sp
+
     t, x, z, p, u = args
     n = len(switches)
     m = T.sym("m", n)
