@@ -18,7 +18,7 @@ import sympy as sp
 
 from ..records import record
 
-__all__ = ["HybridFunctions", "hybrid_functions", "condition_value", "atoms_of"]
+__all__ = ["HybridFunctions", "hybrid_functions", "event_atoms", "condition_value", "atoms_of"]
 
 _LESS = {sp.StrictLessThan: True, sp.LessThan: False}
 _GREATER = {sp.StrictGreaterThan: True, sp.GreaterThan: False}
@@ -60,11 +60,12 @@ def atoms_of(tree) -> list[int]:
     return [arg] if kind == "atom" else [k for sub in arg for k in atoms_of(sub)]
 
 
-def hybrid_functions(system, c, T, args, switches=None) -> HybridFunctions:
-    """``c``: sympy -> CasADi (the Converter of to_casadi, laws substituted); ``args`` = (t, x, z, p, u) symbols."""
-    from ..lower.structural import derivative
+def event_atoms(system) -> tuple[list, tuple[bool, ...], tuple]:
+    """The events' conditions decomposed into atoms, in sympy (no CasADi: the torch backend compiles the same).
 
-    t, x, z, p, u = args
+    Returns ``(indicators, strict, conditions)``: atom k is true where ``indicators[k]`` < 0 (``strict[k]``) or ≤ 0;
+    ``a < b`` (or ``<=``) gives g = a − b, ``a > b`` (or ``>=``) g = b − a, equal atoms shared; per event its
+    condition in negation normal form as a tree ``("atom", k) | ("and" | "or", (subtrees))``."""
     atoms: list = []  # indicator expressions (sympy)
     strict: list[bool] = []
     index: dict = {}
@@ -88,10 +89,20 @@ def hybrid_functions(system, c, T, args, switches=None) -> HybridFunctions:
             return ("and" if isinstance(cond, sp.And) else "or", tuple(tree(a) for a in cond.args))
         return ("atom", atom(cond))
 
+    conditions = tuple(tree(sp.to_nnf(ev.condition)) for ev in system.events)
+    return atoms, tuple(strict), conditions
+
+
+def hybrid_functions(system, c, T, args, switches=None) -> HybridFunctions:
+    """``c``: sympy -> CasADi (the Converter of to_casadi, laws substituted); ``args`` = (t, x, z, p, u) symbols."""
+    from ..lower.structural import derivative
+
+    t, x, z, p, u = args
+    atoms, strict, trees = event_atoms(system)
     io = ["t", "x", "z", "p", "u"]
     conditions, resets, targets = [], [], []
-    for ev in system.events:
-        conditions.append(tree(sp.to_nnf(ev.condition)))
+    for ev, cond in zip(system.events, trees):
+        conditions.append(cond)
         targets.append(tuple(r.target for r in ev.resets))
         resets.append(ca.Function("reset", [t, x, z, p, u], [ca.vertcat(*[c(r.value) for r in ev.resets])], io, ["values"])
                       if ev.resets else None)

@@ -483,10 +483,11 @@ class TorchSystem:
         if system.algebraics:
             raise PdslError.at("NotYetSupported", f"{system.name} is a DAE; the torch backend takes ODE models",
                                system.span, "fit it with the CasADi backend (--backend casadi)")
-        if system.events:
-            raise PdslError.at("NotYetSupported", "the torch backend does not step through events (`when`) yet: its "
-                               "gradient would miss the event-time term", system.events[0].span,
-                               "simulate it with pdsl simulate; fitting through events is not implemented yet")
+        if system.events and system.invariants:  # as the CasADi fit (pdsl.fit.loss.interval_events)
+            raise PdslError.at("NotYetSupported", f"fitting through the event `{system.events[0].label}`: a reset of a "
+                               "constrained part is an impulse, which the fit's integrators do not apply yet",
+                               system.events[0].span, "simulate it with pdsl simulate; fitting through events takes "
+                               "models whose resets set states directly")
         self.system = system
         self.nets = [n for n in system.neural if n.n_in is not None]
         self._net_by_fn = {n.fn.__name__: n for n in self.nets}
@@ -518,6 +519,7 @@ class TorchSystem:
         self._report = self._program([e for _, e in columns])
         self._outputs = self._program([o.expr for o in system.outputs])
         self._shown = self._compile_state_from_shown(columns)
+        self._compile_events()
 
     # ---- compilation
     def _tape(self) -> tuple[_Tape, dict]:
@@ -551,6 +553,52 @@ class TorchSystem:
         unknowns = list(sysm.unknowns)
         slots = _solve_rows(tape, A, b, unknowns)
         return _Program(tape, [slots[w] for w in unknowns[: self.nx]], leaves)
+
+    def _compile_events(self):
+        """The events' atoms and resets (:func:`pdsl.backend.hybrid.event_atoms`), compiled as the other programs."""
+        from .hybrid import event_atoms
+
+        sysm = self.system
+        atoms, strict, conditions = event_atoms(sysm)
+        self.event_strict, self.event_conditions = strict, conditions
+        self.event_terminate = tuple(bool(ev.terminate) for ev in sysm.events)
+        self.event_labels = tuple(ev.label for ev in sysm.events)
+        self._atoms = self._program(atoms) if atoms else None
+        targets, resets = [], []
+        for ev in sysm.events:
+            if not ev.resets:
+                targets.append(None)
+                resets.append(None)
+                continue
+            missing = [r.target for r in ev.resets if r.target not in self.x_names]
+            if missing:
+                raise PdslError.at("NotYetSupported", f"fitting through the event `{ev.label}`: `reinit({missing[0]}, …)` "
+                                   "sets a column that is not a state", ev.span,
+                                   "simulate it with pdsl simulate; fitting through events takes models whose resets "
+                                   "set states directly")
+            targets.append(tuple(self.x_names.index(r.target) for r in ev.resets))
+            resets.append(self._program([r.value for r in ev.resets]))  # reads the state just before the event
+        self.event_targets, self._resets = tuple(targets), resets
+
+    @property
+    def has_events(self) -> bool:
+        return bool(self.event_conditions)
+
+    def event_atoms(self, t, x: torch.Tensor, bound: Bound, u: torch.Tensor | None = None) -> torch.Tensor:
+        """The events' atom indicators g (B, n_atoms): atom k true where g_k < 0 (``event_strict[k]``) or ≤ 0."""
+        if self._atoms is None:
+            return x[:, :0]
+        ctx, leaves = self._leaves(t, x, bound, u)
+        return _stack_columns(self._atoms.run(ctx, leaves), x.shape[0], x)
+
+    def event_reset(self, j: int, t, x: torch.Tensor, bound: Bound, u: torch.Tensor | None = None) -> torch.Tensor | None:
+        """The new values (B, k) of the states ``event_targets[j]`` when event j fires at (t, x) (x: just before);
+        None for an event without resets."""
+        prog = self._resets[j]
+        if prog is None:
+            return None
+        ctx, leaves = self._leaves(t, x, bound, u)
+        return _stack_columns(prog.run(ctx, leaves), x.shape[0], x)
 
     def _compile_state_from_shown(self, columns):
         """x = J⁻¹ (s − y0) when the shown columns are affine in the state (J = ∂y/∂x free of x)."""

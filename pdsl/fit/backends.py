@@ -29,15 +29,18 @@ def torch_unsupported(num: NumericSystem, spec: LossSpec) -> str | None:
         return f"{num.system.name} is a DAE"
     if num.rhs is None:
         return f"{num.system.name} has no explicit right-hand side"
-    if getattr(num, "hybrid", None) is not None and num.hybrid.conditions:
-        return "the torch backend does not locate events (`when`)"
     return None
+
+
+def _has_events(num: NumericSystem) -> bool:
+    return getattr(num, "hybrid", None) is not None and bool(num.hybrid.conditions)
 
 
 def choose_backend(cfg, num: NumericSystem, layout: ParamLayout, spec: LossSpec) -> str:
     """``cfg.backend``, with ``auto`` resolved: torch for models with networks trained by AdamW
     (matrix–matrix products over the batch), CasADi otherwise (Gauss–Newton's Jacobians, implicit
-    projections, regularisers, DAE models). ``--dtype float32`` and ``--device cuda`` need torch."""
+    projections, regularisers, DAE models, and models with events: both backends locate them in their steps, but
+    ``auto`` keeps the CasADi fit, whose Gauss–Newton gives standard errors). ``--dtype float32`` and ``--device cuda`` need torch."""
     want = getattr(cfg, "backend", "auto") or "auto"
     if want not in BACKENDS:
         raise PdslError.at("BadOption", f"--backend {want}: unknown", hint="one of: " + ", ".join(BACKENDS))
@@ -57,7 +60,7 @@ def choose_backend(cfg, num: NumericSystem, layout: ParamLayout, spec: LossSpec)
         if why:
             raise PdslError.at("BadOption", f"--backend torch: {why}", hint="use --backend casadi (or auto)")
         return "torch"
-    if want == "casadi" or why or not layout.networks:
+    if want == "casadi" or why or not layout.networks or _has_events(num):
         return "casadi"
     return "torch"
 

@@ -115,11 +115,6 @@ def prepare(model_path, model_name: str | None, cfg: FitConfig, consts: Mapping[
 
         text = read_text(model_path)
     m = compiled.model
-    if compiled.system.events and cfg.backend == "torch":  # the CasADi chunk losses locate events, torch's do not
-        ev = compiled.system.events[0]
-        raise PdslError.at("NotYetSupported", f"fitting a model with events (`when {ev.text}`) on the torch backend: "
-                           "its integrators do not locate events, so they would step over the resets",
-                           ev.span, "use --backend casadi (or auto): its fixed-step integrators locate the events")
     num = _compile(compiled.system, seed)
     if cfg.init:  # warm start: a previous fit's parameters and network weights as start values
         num = apply_fitted(num, cfg.init)

@@ -24,7 +24,7 @@ import torch
 
 from ..backend.functions import NumericSystem
 from ..backend.torch_backend import Bound, TorchSystem
-from ..numerics.torch_steps import StepOptions, rk_step
+from ..numerics.torch_steps import StepOptions, TorchStepEvents, rk_event_step, rk_step
 from ..diagnostics import InternalError, PdslError
 from .data import Chunks, Trajectory
 from .loss import LOSSES, LossSpec
@@ -123,10 +123,30 @@ class TorchChunkLoss:
         f = self.system.rhs
         nu = u0.shape[1]
 
-        def rhs(tau, x, bnd):
-            u = u0 + (tau / dt) * (u1 - u0) if nu else None
-            return f(tk + tau, x, bnd, u)
+        def u_at(tau):
+            if not nu:
+                return None
+            w = tau / dt
+            return u0 + (w.unsqueeze(1) if isinstance(w, torch.Tensor) and w.dim() else w) * (u1 - u0)
 
+        def rhs(tau, x, bnd):
+            return f(tk + tau, x, bnd, u_at(tau))
+
+        sysm = self.system
+        if sysm.has_events:  # `when`: each step locates the events in it (pdsl.numerics.torch_steps.rk_event_step)
+            def atoms(tau, x, bnd):
+                return sysm.event_atoms(tk + tau, x, bnd, u_at(tau))
+
+            def reset(j):
+                return lambda tau, x, bnd: sysm.event_reset(j, tk + tau, x, bnd, u_at(tau))
+
+            events = TorchStepEvents(atoms, sysm.event_strict, sysm.event_conditions,
+                                     tuple(None if idx is None else (idx, reset(j))
+                                           for j, idx in enumerate(sysm.event_targets)), sysm.event_terminate)
+            for j in range(spec.substeps):
+                x = rk_event_step(rhs, spec.method, h, j * h, x, events, p=p, bind=self._bind, bound=bound,
+                                  opts=self.step_opts)
+            return x
         for j in range(spec.substeps):
             x = rk_step(rhs, spec.method, h, j * h, x, p=p, bind=self._bind, bound=bound, opts=self.step_opts)
         return x

@@ -34,6 +34,12 @@ The gradient of an implicit step is, selectably,
 
 With a converged forward solve the two agree to round-off; with a fixed count of sweeps they
 differ by the unconverged residual (``tests/numerics/test_torch_steps.py``).
+
+:func:`rk_event_step` is the batched twin of :func:`pdsl.numerics.events.make_event_step`: a step that locates the
+state events (``when``) inside it — secant, then one Newton step on the step's cubic Hermite interpolant (its
+derivative in θ by autograd, kept in the graph), the reset at x(τ), the rest of the step (1 − θ)h from τ with the same
+scheme — every branch computed and selected per batch element (``torch.where``), so that autograd differentiates the
+discrete solution with the event-time term dτ/dp (``tests/numerics/test_torch_event_step.py``).
 """
 
 from __future__ import annotations
@@ -46,7 +52,8 @@ from torch.autograd.function import once_differentiable
 
 from .fixed_step import Tableau, tableau
 
-__all__ = ["IMPLICIT_SOLVERS", "GRADIENTS", "StepOptions", "rk_step", "solve_stages", "ImplicitStep"]
+__all__ = ["IMPLICIT_SOLVERS", "GRADIENTS", "StepOptions", "rk_step", "solve_stages", "ImplicitStep", "TorchStepEvents",
+           "rk_event_step"]
 
 IMPLICIT_SOLVERS = ("fpi", "newton")
 GRADIENTS = ("adjoint", "unrolled")
@@ -228,3 +235,148 @@ def rk_step(f: Rhs, method: str, h: float, t, x: torch.Tensor, *, p: torch.Tenso
     if opts.gradient == "adjoint":
         return ImplicitStep.apply(x, p, f, bind, tab, h, t, opts)
     return _combine(tab, h, x, solve_stages(f, tab, h, t, x, bound, opts))
+
+
+# ---------------------------------------------------------------- steps through events
+_NEVER = 2.0  # the θ of a condition that does not become true in the step (as pdsl.numerics.events)
+
+
+@dataclass(frozen=True)
+class TorchStepEvents:
+    """The events of a batched rhs f(t, x, bound) (:class:`pdsl.numerics.events.StepEvents` in torch)."""
+
+    atoms: Callable  # (t, x, bound) -> g (B, n_atoms): atom k true where g_k < 0 (strict) or g_k <= 0
+    strict: tuple[bool, ...]
+    conditions: tuple  # per event: ("atom", k) | ("and" | "or", (subtrees)) — negation normal form
+    resets: tuple  # per event: (indices of the reset states, fn(t, x, bound) -> (B, k) new values), or None
+    terminate: tuple[bool, ...]
+
+
+def _truth(g: torch.Tensor, strict) -> list:
+    return [g[:, k] < 0 if st else g[:, k] <= 0 for k, st in enumerate(strict)]
+
+
+def _cond(tree, values, combine):
+    kind, arg = tree
+    if kind == "atom":
+        return values[arg]
+    out = None
+    for sub in arg:
+        v = _cond(sub, values, combine)
+        out = v if out is None else combine[kind](out, v)
+    return out
+
+
+_LOGIC = {"and": torch.logical_and, "or": torch.logical_or}
+_THETA = {"and": torch.maximum, "or": torch.minimum}  # a conjunction is true from its last atom's crossing
+
+
+def _hermite(theta: torch.Tensor, x0, x1, hf0, hf1) -> torch.Tensor:
+    """The step's cubic Hermite interpolant at θ (B,)."""
+    th = theta.unsqueeze(1)
+    t2, t3 = th * th, th * th * th
+    return (2 * t3 - 3 * t2 + 1) * x0 + (t3 - 2 * t2 + th) * hf0 + (-2 * t3 + 3 * t2) * x1 + (t3 - t2) * hf1
+
+
+def _nonzero(d: torch.Tensor) -> torch.Tensor:
+    return torch.where(d != 0, d, torch.ones_like(d))
+
+
+def rk_event_step(f: Rhs, method: str, h: float, t, x: torch.Tensor, events: TorchStepEvents, *,
+                  p: torch.Tensor | None = None, bind: Callable | None = None, bound=None,
+                  opts: StepOptions = StepOptions()) -> torch.Tensor:
+    """One step of ``method`` (:func:`rk_step`) from x (B, nx) at t with the events located in it, as
+    :func:`pdsl.numerics.events.make_event_step` (same semantics, per batch element): an event fires when its
+    condition is false at the step's start and true at its end; each atom that turned true is located by the secant
+    θ₀ = g(0)/(g(0) − g(1)) and one Newton step on the Hermite interpolant (clipped to [0, 1]); the earliest event
+    wins (ties: the first declared); its reset is applied at x(τ), τ = t + θh, and the rest (1 − θ)h is integrated
+    from τ. A second firing in the rest of the step, or a ``terminate``, gives NaN."""
+    x1 = rk_step(f, method, h, t, x, p=p, bind=bind, bound=bound, opts=opts)
+    if not events.conditions:
+        return x1
+    B = x.shape[0]
+    grad_on = torch.is_grad_enabled()
+    hf0, hf1 = h * f(t, x, bound), h * f(t + h, x1, bound)
+    g0, g1 = events.atoms(t, x, bound), events.atoms(t + h, x1, bound)
+    true0, true1 = _truth(g0, events.strict), _truth(g1, events.strict)
+    never = torch.full((B,), _NEVER, dtype=x.dtype, device=x.device)
+    zero = torch.zeros_like(never)
+
+    theta_atom = []
+    for k in range(len(events.strict)):
+        th = torch.clamp(g0[:, k] / _nonzero(g0[:, k] - g1[:, k]), 0.0, 1.0)  # the secant
+        # g(t + θh, X(θ)) and its derivative in θ (the batch elements are independent: the sum's gradient is each
+        # one's derivative), in the graph when the step is differentiated (θ's own dependence on x, p is upstream)
+        in_graph = grad_on and th.requires_grad
+        with torch.enable_grad():
+            tv = th if in_graph else th.detach().requires_grad_(True)
+            gk = events.atoms(t + tv * h, _hermite(tv, x, x1, hf0, hf1), bound)[:, k]
+            (slope,) = torch.autograd.grad(gk.sum(), tv, create_graph=in_graph, allow_unused=True)
+        if slope is None:
+            slope = torch.zeros_like(th)
+        if not in_graph:
+            gk, slope = gk.detach(), slope.detach()
+        th = torch.clamp(th - gk / _nonzero(slope), 0.0, 1.0)  # one Newton step
+        # when the atom becomes true: θ if it turned true in the step, 0 if true throughout, never if false at the end
+        theta_atom.append(torch.where(true1[k], torch.where(true0[k], zero, th), never))
+
+    fire, theta = [], []
+    for tree in events.conditions:
+        start = _cond(tree, true0, _LOGIC)
+        th = _cond(tree, theta_atom, _THETA)
+        fires = torch.logical_and(torch.logical_not(start), th <= 1.0)
+        fire.append(fires)
+        theta.append(torch.where(fires, th, never))
+    first = theta[0]
+    for th in theta[1:]:
+        first = torch.minimum(first, th)
+
+    tab = tableau(method)
+
+    def rest_of_step(j):
+        th = torch.clamp(theta[j], max=1.0)  # (θ = 2 where it does not fire: the branch is not taken, but stays finite)
+        X = _hermite(th, x, x1, hf0, hf1)
+        tau = t + th * h
+        xp = X
+        if events.resets[j] is not None:
+            idx, fn = events.resets[j]
+            vals = fn(tau, X, bound)
+            cols = list(X.unbind(1))
+            for r, i in enumerate(idx):
+                cols[i] = vals[:, r]
+            xp = torch.stack(cols, 1)
+        if events.terminate[j]:  # the run ends here: data after it cannot be compared
+            return torch.full_like(x1, float("nan"))
+        hr = (1.0 - th) * h
+        if tab.implicit and opts.gradient == "adjoint":
+            # the discrete adjoint differentiates p only: τ and the rest's length travel in an extended p
+            n = p.shape[0]
+            pe = torch.cat([p.reshape(-1), tau, hr])
+
+            def bind_e(q, n=n):
+                return bind(q[:n]), q[n : n + B], q[n + B :]
+
+            def f_e(s, y, be):
+                return be[2].unsqueeze(1) * f(be[1] + s * be[2], y, be[0])
+
+            x_end = ImplicitStep.apply(xp, pe, f_e, bind_e, tab, 1.0, 0.0, opts)
+        else:
+            def f_rest(s, y, bnd):
+                return hr.unsqueeze(1) * f(tau + s * hr, y, bnd)
+
+            x_end = rk_step(f_rest, method, 1.0, 0.0, xp, bound=bound, opts=opts)
+        # a second firing in the rest of the step: events closer than a step (an accumulation): not taken, NaN
+        tp = _truth(events.atoms(tau, xp, bound), events.strict)
+        te = _truth(events.atoms(t + h, x_end, bound), events.strict)
+        again = None
+        for tree in events.conditions:
+            a = torch.logical_and(torch.logical_not(_cond(tree, tp, _LOGIC)), _cond(tree, te, _LOGIC))
+            again = a if again is None else torch.logical_or(again, a)
+        return torch.where(again.unsqueeze(1), torch.full_like(x_end, float("nan")), x_end)
+
+    x_next = x1
+    for j in reversed(range(len(events.conditions))):
+        sel = torch.logical_and(fire[j], theta[j] <= first)
+        if bool(sel.any()):  # (a branch no element takes is not computed: it would be selected nowhere)
+            x_next = torch.where(sel.unsqueeze(1), rest_of_step(j), x_next)
+    return x_next
