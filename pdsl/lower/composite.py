@@ -274,6 +274,7 @@ def lower_composite(model: Model, options: LowerOptions) -> SymbolicSystem:
     power_terms = tuple(replace(t, power=to_state(t.power)) for k in order for t in systems[k].power_terms)
     params = model.params + tuple(p for k in order for p in systems[k].params if p not in model.params)
     return SymbolicSystem(
+        readoff=True,  # rows of sums of coefficient × unknown (ir.readoff_linear), as the parts build them
         name=model.name, doc=model.doc, path=model.path,
         formalism="+".join(systems[k].formalism for k in order),
         states=states, algebraics=tuple(a for k in order for a in systems[k].algebraics), multipliers=multipliers,

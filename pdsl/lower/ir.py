@@ -177,6 +177,34 @@ class Event:
         return f"when {self.text} (line {self.span.line})"
 
 
+def readoff_linear(system: "SymbolicSystem"):
+    """(A, b) of the differential rows read off their terms: each term of a side is a product holding one unknown
+    (its coefficient goes to A) or none (to b). None when a row does not have that form (a product of unknowns, an
+    unknown inside a nested sum): the caller differentiates instead."""
+    w = system.unknowns
+    index = {u: i for i, u in enumerate(w)}
+    unknowns = set(w)
+    A = sp.zeros(len(system.differential), len(w))
+    b = sp.zeros(len(system.differential), 1)
+    for r, eq in enumerate(system.differential):
+        known = []
+        for sign, side in ((1, eq.lhs), (-1, eq.rhs)):
+            for term in sp.Add.make_args(side):
+                factors = sp.Mul.make_args(term)
+                hits = [k for k, f in enumerate(factors) if f in index]
+                if len(hits) > 1:
+                    return None
+                rest = sp.Mul(*(f for k, f in enumerate(factors) if not hits or k != hits[0]))
+                if rest.free_symbols & unknowns:
+                    return None
+                if hits:
+                    A[r, index[factors[hits[0]]]] += sign * rest
+                else:
+                    known.append(-sign * term)
+        b[r] = sp.Add(*known)
+    return A, b
+
+
 def closed_input_laws(inputs) -> dict[sp.Symbol, sp.Expr]:
     """``{input: law}`` of the inputs with an in-model law, substituted into each other until no law refers to
     another input (the lowering has already rejected cycles)."""
@@ -238,6 +266,10 @@ class SymbolicSystem:
     # through the velocity constraints: the formalism names them (empty: a reset sets the state, nothing else)
     events: tuple[Event, ...] = ()
     kinetic: tuple[str, ...] = ()
+    # rows built as sums of (coefficient × one unknown) and known terms (Cartesian mechanics, composites): A and b
+    # are read off the terms (readoff_linear) instead of differentiating each row by each unknown (a composite
+    # slider-crank with 77 unknowns: 12–16 s -> 0.02 s, the same A and b)
+    readoff: bool = False
 
     def unit_of(self, name: str) -> str | None:
         return dict(self.units).get(name) if self.units else None
@@ -266,6 +298,10 @@ class SymbolicSystem:
         """(A, b) with A·w = b, read off the differential rows (which are linear in w)."""
         from .structural import derivative  # residual.jacobian(w), the same entries without sympy's Derivative
 
+        if self.readoff:
+            fast = readoff_linear(self)
+            if fast is not None:
+                return fast
         w = self.unknowns
         residual = sp.Matrix([e.lhs - e.rhs for e in self.differential])
         A = sp.Matrix(len(residual), len(w), lambda i, j: derivative(residual[i], w[j]))

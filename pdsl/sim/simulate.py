@@ -456,9 +456,7 @@ def simulate(
     st = _locate_switches(num, st, grid)
     st = replace(st, start=(float(grid[0]), np.array(x_init, dtype=float)))
     info.update(extra)
-    st = replace(st, switches_mode=switches)
-    if num.hybrid is not None and num.hybrid.switches is not None and switches == "locate":
-        st = replace(st, state_conditions=0)  # located, not stepped through
+    st = _switch_note(num, replace(st, switches_mode=switches))
     if _hybrid(num, switches):  # events (`when`), switching surfaces: from event to event (pdsl.sim.hybrid)
         from .hybrid import MAX_EVENTS, integrate_events
 
@@ -520,9 +518,7 @@ def simulate_batch(
     st, extra = _apply_gains(num, st, np.atleast_2d(x0s), grid, baumgarte_alpha, baumgarte_beta, params)
     st = _locate_switches(num, st, grid)
     st = replace(st, start=(float(grid[0]), np.array(np.atleast_2d(x0s)[0], dtype=float)))
-    st = replace(st, switches_mode=switches)
-    if num.hybrid is not None and num.hybrid.switches is not None and switches == "locate":
-        st = replace(st, state_conditions=0)
+    st = _switch_note(num, replace(st, switches_mode=switches))
     if _hybrid(num, switches):  # events, switches: one run after another (each from event to event)
         from .hybrid import integrate_events
 
@@ -535,6 +531,18 @@ def simulate_batch(
         return out
     runs = _integrate(num, grid, np.atleast_2d(x0s), st, threads=threads)
     return [_result(num, grid, X, Z, st.p, st.inputs, {**_describe(st), **extra}, st.rhs) for X, Z in runs]
+
+
+def _switch_note(num, st: _Setup) -> _Setup:
+    """The count behind the "stepped through" note: none when the switching surfaces are located; all of them (the
+    sign and abs terms too) when there are more than MAX_SWITCHES."""
+    from ..backend.switching import MAX_SWITCHES
+
+    if num.hybrid is not None and num.hybrid.switches is not None and st.switches_mode == "locate":
+        return replace(st, state_conditions=0)  # located, not stepped through
+    if len(num.switching_names) > MAX_SWITCHES:
+        return replace(st, state_conditions=len(num.switching_names))
+    return st
 
 
 def _hybrid(num, switches: str) -> bool:
