@@ -286,8 +286,8 @@ class _BracketStepper:
     """An integrator ``shoot(ta, x, tb, pe) -> x(tb)`` sampled at ``points(ta, tb)``; a downward crossing of a
     watched indicator between two samples is refined by the Illinois method on shoot from the earlier sample."""
 
-    def __init__(self, num, st, field: _Field, shoot, points):
-        self.num, self.st, self.field, self._shoot, self.points = num, st, field, shoot, points
+    def __init__(self, num, st, field: _Field, shoot, points, many=None):
+        self.num, self.st, self.field, self._shoot, self.points, self._many = num, st, field, shoot, points, many
         self.pe = np.asarray(st.p, dtype=float)
 
     def shoot(self, ta, x, tb):
@@ -314,6 +314,8 @@ class _BracketStepper:
         return _one_by_one(self, ta, x, z, ts, signs, offsets)
 
     def shoot_many(self, ta, x, ts):
+        if self._many is not None:
+            return self._many(ta, x, ts, self.pe)
         out, t, xc = [], ta, x
         for tk in ts:
             xc = self.shoot(t, xc, tk)
@@ -399,7 +401,10 @@ def _native_stepper(num, st, field: _Field, samples: int = 16):
     def points(ta_, tb_):
         return [ta_ + (tb_ - ta_) * (j + 1) / samples for j in range(samples)]
 
-    return shoot, points
+    def many(ta_, x_, ts_, pe_):  # one run through every sample (DOP853's dense output), not one run per sample
+        return list(_native_runs(num, st, nat, x_[None, :], pe_, [ta_, *ts_], 1)[0][1:])
+
+    return shoot, points, many
 
 
 # ------------------------------------------------------------------------------------------------ switches
