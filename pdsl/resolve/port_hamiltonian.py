@@ -47,6 +47,11 @@ def resolve_ph(stmt: A.Stmt, ev: Evaluator, *, name: str | None = None, state: s
         state_name = state if state is not None else stmt.state
         energy = ev.scalar(stmt.energy, f"the energy of `{name}`")
         state = S.sym(state_name)
+        rates = sorted(str(v) for v in energy.free_symbols if S.is_der(v))
+        if rates:  # a stored energy is a function of the state; its rate comes from the network, not the energy
+            raise PdslError.at("BadElement", f"the energy of `{name}` reads the rate `{rates[0]}`: a stored energy is a "
+                               f"function of the state `{state_name}` (and parameters)", stmt.energy.span,
+                               f"write it in `{state_name}`; the network gives its rate")
         if state not in energy.free_symbols:
             raise PdslError.at("BadElement", f"the energy of `{name}` does not depend on its state `{state_name}`", stmt.energy.span)
         return Store(name=name, integrates=stmt.kind.split("_")[0], state=state, energy=energy, span=stmt.span)

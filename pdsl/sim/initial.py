@@ -71,7 +71,7 @@ class Projector:
             if _rms(r) <= tol:
                 break
         after = _rms(r)
-        if after > max(tol * 1e3, 1e-8):
+        if not after <= max(tol * 1e3, 1e-8):  # NaN too: constraints that are not finite at the start
             raise PdslError.at(
                 "InconsistentInitialState",
                 f"the initial state could not be projected onto the constraints (RMS residual {after:.2e} "
@@ -98,6 +98,8 @@ class Projector:
         k = 0
         while _rms(r) > tol and k < max_iter:
             r, J, B = self._eval(x, p, t, directions=True)
+            if not (np.all(np.isfinite(r)) and np.all(np.isfinite(J)) and (B is None or np.all(np.isfinite(B)))):
+                break  # inf or NaN in the constraints here (a parameter of 1e308): no Newton step; reported by project
             if cols is not None:
                 dx = np.zeros_like(x)
                 dx[list(cols)] = -np.linalg.lstsq(J[:, list(cols)], r, rcond=None)[0]
@@ -125,7 +127,8 @@ class Projector:
 
 def _rms(v) -> float:
     v = np.asarray(v, dtype=float)
-    return float(np.sqrt(np.mean(v**2))) if v.size else 0.0
+    with np.errstate(over="ignore", invalid="ignore"):  # inf/NaN residuals (a 1e308 parameter): reported as such
+        return float(np.sqrt(np.mean(v**2))) if v.size else 0.0
 
 
 def initial_state(num: NumericSystem, overrides: Mapping[str, float], p: np.ndarray, t0: float = 0.0) -> np.ndarray:
