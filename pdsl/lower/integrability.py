@@ -45,6 +45,8 @@ from typing import Callable, Sequence
 import numpy as np
 import sympy as sp
 
+from .. import symbols as S
+
 __all__ = ["classify_velocity_constraints", "velocity_rows", "classify_model_constraints",
            "analyze_velocity_constraints", "Integrability", "Combination", "velocity_notes"]
 
@@ -169,7 +171,7 @@ def _numeric(exprs: list, values: dict, samples: int) -> np.ndarray:
     out = np.empty((samples, len(exprs)))
     if not exprs:
         return out
-    syms = sorted(set().union(*(sp.sympify(e).free_symbols for e in exprs)), key=lambda s: s.name)
+    syms = sorted(set().union(*(S.as_expr(e).free_symbols for e in exprs)), key=lambda s: s.name)
     f = sp.lambdify(syms, list(exprs), "numpy")
     with np.errstate(all="ignore"):
         vals = f(*[values[s] for s in syms])

@@ -1125,7 +1125,7 @@ class _Resolver:
         u = ev.number(kws[0].value)
         if not (isinstance(u, sp.MatrixBase) and u.shape == (self.space, 1)):
             raise PdslError.at("TypeMismatch", f"`axis` must be a vector of length {self.space}", kws[0].value.span)
-        if any(sp.sympify(e).free_symbols for e in u):
+        if any(e.free_symbols for e in u):  # entries of a sympy matrix: sympy objects already
             raise PdslError.at("NotConstant", "the slider axis must be a constant vector (it fixes which constraint "
                                "rows are independent)", kws[0].value.span, "write the axis with numbers, e.g. axis = [1, 0]")
         norm = sp.sqrt(sum((e**2 for e in u), sp.Integer(0)))
