@@ -4,8 +4,6 @@ one 3x3 block) and take 18 minutes; now the same motion as the rail written with
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from pdsl.pipeline import compile_model
@@ -29,13 +27,10 @@ end
 
 
 def test_the_tied_port_rail_moves_like_a_slider_and_compiles_small():
-    started = time.perf_counter()
     tied = compile_model("<tied>", text=TIED.replace(
         "RAIL", "port rail: translational = der(block.y)\n  use fix = tr.Fixed()\n  connect fix.flange, rail")).numeric
-    built = time.perf_counter() - started
     slid = compile_model("<slider>", text=TIED.replace("RAIL", "slider s: ground, block, axis = [1, 0]")).numeric
     assert tied.dae.n_instructions() < 20_000  # was 481,358
-    assert built < 30  # was minutes (and 2 GB); ~1 s on a calm core
     grid = np.linspace(0, 1, 101)
     start = simulate(slid, grid[:2], x0={"crank.x": 0.02}, rtol=1e-11, atol=1e-13)
     x0 = dict(zip(start.shown_names, start.shown[0]))
