@@ -103,17 +103,31 @@ def _found_switches(system, laws, time_only: set) -> list:
     return find_switches(rows, states, time_only)
 
 
-def _switches(system, laws, conv, neural, kind, T, c, args, found):
+def _solve_rows(system, conv, kind, T, linear):
+    """(ẋ, {multiplier: its value}) of the differential rows: read off an explicit system, else solved from A·w = b
+    (``linear``: system.linear_system(), computed once by the caller) block by block (pdsl.backend.linsolve: CasADi's
+    SX solve QR-factorises the whole matrix as soon as one diagonal block of its block-triangular form is larger
+    than 1x1 — a tied port: 1,383 -> 481,358 instructions). ``conv``: sympy -> CasADi for these rows."""
+    from .linsolve import solve as block_solve
+
+    nx = len(system.states)
+    if linear is None:
+        return (ca.vertcat(*[conv(e.rhs) for e in system.differential]) if nx else T(0, 1)), {}
+    A, b = conv(linear[0]), conv(linear[1])
+    w = block_solve(A, b) if kind == "SX" else ca.solve(A, b, "qr")
+    # outputs may read the multipliers (an interface's force, `simulate --power`): they are w's tail
+    return w[:nx], {m: w[nx + k] for k, m in enumerate(system.multipliers)}
+
+
+def _switches(system, laws, conv, neural, kind, T, c, args, found, linear):
     """The switching surfaces of the dynamics (pdsl.backend.switching), None when there are none, or more than
     MAX_SWITCHES (then the integrators step through them, as before)."""
-    from .linsolve import solve as block_solve
     from .switching import MAX_SWITCHES, switch_functions
     from .sympy_to_casadi import Converter
 
     t, x, z, p, u = args
     if not found or len(found) > MAX_SWITCHES:
         return None
-    nx = len(system.states)
     multipliers = set(system.multipliers)
 
     def dynamics(subs, extra):
@@ -125,14 +139,8 @@ def _switches(system, laws, conv, neural, kind, T, c, args, found):
             e = expr.xreplace(laws) if laws else expr
             return cv(e.xreplace(subs))
 
-        if system.is_explicit():
-            xd = ca.vertcat(*[cs(e.rhs) for e in system.differential]) if nx else T(0, 1)
-        else:
-            A_sym, b_sym = system.linear_system()
-            A, b = cs(A_sym), cs(b_sym)
-            w = block_solve(A, b) if kind == "SX" else ca.solve(A, b, "qr")
-            xd = w[:nx]
-            cv.symbols.update({mu: w[nx + k] for k, mu in enumerate(system.multipliers)})
+        xd, mult = _solve_rows(system, cs, kind, T, linear)
+        cv.symbols.update(mult)
         gg = ca.vertcat(*[cs(e.lhs - e.rhs) for e in system.algebraic]) if system.algebraic else T(0, 1)
         return xd, gg
 
@@ -162,7 +170,6 @@ def to_casadi(system: SymbolicSystem, *, seed: int = 0, kind: str | None = None)
     from .. import symbols as S
     from .events import MODE_TIME, mode_substitution, relationals, switch_functions, time_conditions
     from .neural import MLPGraph, init_weights, n_weights
-    from .linsolve import solve as block_solve
     from .sympy_to_casadi import Converter
 
     if kind is None:
@@ -211,17 +218,9 @@ def to_casadi(system: SymbolicSystem, *, seed: int = 0, kind: str | None = None)
     def cm(expr):  # the dynamics, with conditions on t alone read at t_mode
         return conv(expr.xreplace(laws).xreplace(modes) if laws else expr.xreplace(modes)) if modes else c(expr)
 
-    if system.is_explicit():
-        xdot = ca.vertcat(*[cm(e.rhs) for e in system.differential]) if nx else T(0, 1)
-    else:
-        A_sym, b_sym = system.linear_system()
-        A, b = cm(A_sym), cm(b_sym)
-        # block by block (pdsl.backend.linsolve): CasADi's SX solve QR-factorises the whole matrix as soon as one
-        # diagonal block of its block-triangular form is larger than 1x1 (a tied port: 1,383 -> 481,358 instructions)
-        w = block_solve(A, b) if kind == "SX" else ca.solve(A, b, "qr")
-        xdot = w[:nx]
-        # outputs may read the multipliers (an interface's force, `simulate --power`): they are w's tail
-        conv.symbols.update({m: w[nx + k] for k, m in enumerate(system.multipliers)})
+    linear = None if system.is_explicit() else system.linear_system()
+    xdot, mult = _solve_rows(system, cm, kind, T, linear)
+    conv.symbols.update(mult)
     g = ca.vertcat(*[cm(e.lhs - e.rhs) for e in system.algebraic]) if system.algebraic else T(0, 1)
     if (kind == "SX" and system.is_explicit()
             and ca.Function("size", [t, t_mode, x, z, p, u], [xdot]).n_instructions() > _CSE_FROM):
@@ -273,7 +272,7 @@ def to_casadi(system: SymbolicSystem, *, seed: int = 0, kind: str | None = None)
     n_time = len(time_conditions(list(rels), {q.symbol for q in system.params})) if rels else 0
     found = _found_switches(system, laws, set(conditions))
     switching, switching_names = _switching(found, c, (t, x, z, p, u))
-    state_switches = _switches(system, laws, conv, neural, kind, T, c, (t, x, z, p, u), found)
+    state_switches = _switches(system, laws, conv, neural, kind, T, c, (t, x, z, p, u), found, linear)
     hybrid = None
     if system.events or state_switches is not None:
         from .hybrid import hybrid_functions

@@ -24,7 +24,7 @@ from ..backend.functions import NumericSystem
 from ..diagnostics import InternalError, PdslError
 from ..resolve.model import network_derivative
 
-__all__ = ["TARGETS", "compile_to", "manifest", "event_support", "event_atoms", "reset_function"]
+__all__ = ["TARGETS", "compile_to", "manifest", "event_support", "reset_function"]
 
 TARGETS = ("casadi", "c", "python", "fmu")
 
@@ -69,36 +69,6 @@ def event_support(num: NumericSystem, target: str) -> None:
                 raise PdslError.at("NotYetSupported", f"--target {target}: {hy.labels[j]}: {why}", r.span,
                                    "`pdsl simulate` handles this event; the compiled targets handle direct resets of "
                                    "states in unconstrained models")
-
-
-def event_atoms(system) -> tuple[list, list[bool], list]:
-    """(indicator expressions, strictness, condition trees) of the model's events, in the order of
-    pdsl.backend.hybrid (atom k true where g_k < 0, or <= 0 when not strict)."""
-    atoms: list = []
-    strict: list[bool] = []
-    index: dict = {}
-
-    def atom(rel) -> int:
-        if isinstance(rel, sp.StrictLessThan | sp.LessThan):
-            g, st = rel.lhs - rel.rhs, isinstance(rel, sp.StrictLessThan)
-        elif isinstance(rel, sp.StrictGreaterThan | sp.GreaterThan):
-            g, st = rel.rhs - rel.lhs, isinstance(rel, sp.StrictGreaterThan)
-        else:
-            raise InternalError(f"not an event atom: {rel}")
-        key = (g, st)
-        if key not in index:
-            index[key] = len(atoms)
-            atoms.append(g)
-            strict.append(st)
-        return index[key]
-
-    def tree(cond):
-        if isinstance(cond, sp.And | sp.Or):
-            return ("and" if isinstance(cond, sp.And) else "or", tuple(tree(a) for a in cond.args))
-        return ("atom", atom(cond))
-
-    trees = [tree(sp.to_nnf(ev.condition)) for ev in system.events]
-    return atoms, strict, trees
 
 
 def _sym(num: NumericSystem):
@@ -433,6 +403,8 @@ def _python_events(num: NumericSystem, lines_in, unpack, body, prep) -> list[str
     """The events of the numpy module: EVENTS (a table, by position), event_indicators, conditions, reset and
     event_update (edges, resets read before the event, rounds), as pdsl.sim.hybrid applies them."""
     hy, sys = num.hybrid, num.system
+    from ..backend.hybrid import event_atoms  # one decomposition of conditions into atoms
+
     atoms, strict, trees = event_atoms(sys)
     if tuple(trees) != tuple(hy.conditions) or tuple(strict) != tuple(hy.strict):
         raise InternalError("the python target's event atoms differ from pdsl.backend.hybrid's")

@@ -121,28 +121,6 @@ class CartesianSystem(SymbolicSystem):
     (``"none"`` or ``"baumgarte"``, see the module docstring).
     """
 
-    def linear_system(self) -> tuple[sp.Matrix, sp.Matrix]:
-        w = self.unknowns
-        index = {u: i for i, u in enumerate(w)}
-        A = sp.zeros(len(self.differential), len(w))
-        b = sp.zeros(len(self.differential), 1)
-        for r, eq in enumerate(self.differential):
-            known = []
-            for sign, side in ((1, eq.lhs), (-1, eq.rhs)):
-                for term in sp.Add.make_args(side):
-                    factors = sp.Mul.make_args(term)
-                    hits = [k for k, f in enumerate(factors) if f in index]
-                    if not hits:
-                        known.append(-sign * term)
-                        continue
-                    if len(hits) != 1:
-                        return SymbolicSystem.linear_system(self)
-                    coef = sp.Mul(*(f for k, f in enumerate(factors) if k != hits[0]))
-                    A[r, index[factors[hits[0]]]] += sign * coef
-            b[r] = sp.Add(*known)
-        return A, b
-
-
 # ======================================================================= layout
 @record
 class _BodyBlock:
@@ -1059,6 +1037,7 @@ def lower_cartesian(model: Model, formulation: str = "hamiltonian", *, stabilize
     build = _hamiltonian_system if formulation == "hamiltonian" else _lagrangian_system
     states, multipliers, lin, energy = build(model, layout, rows, terms_V, position, gains)
     return CartesianSystem(
+        readoff=True,  # rows of coefficient × one unknown: A and b read off the terms (ir.readoff_linear)
         name=model.name,
         doc=model.doc,
         path=model.path,
