@@ -108,9 +108,11 @@ def hybrid_functions(system, c, T, args, switches=None) -> HybridFunctions:
                       if ev.resets else None)
     g = ca.vertcat(*[c(a) for a in atoms]) if atoms else T(0, 1)
     names = tuple(dict.fromkeys(r.target for ev in system.events for r in ev.resets))
-    shown = dict(system.report_columns())
-    by_name = {s.name: s.symbol for s in system.states}
-    r_exprs = [by_name[n] if n in by_name else shown[n] for n in names]
+    quantity = {}
+    for ev in system.events:
+        for r in ev.resets:
+            quantity.setdefault(r.target, r.quantity)
+    r_exprs = [quantity[n] for n in names]
     r = ca.vertcat(*[c(e) for e in r_exprs]) if r_exprs else T(0, 1)
     kin = tuple(i for i, s in enumerate(system.states) if s.name in set(system.kinetic))
     ys = [system.states[i].symbol for i in kin]

@@ -24,36 +24,32 @@ def attach_events(model: Model, system: SymbolicSystem) -> SymbolicSystem:
     states = {s.name for s in system.states}
     shown = {name: expr for name, expr in system.report_columns()}
     subs = {S.sym(name): expr for name, expr in shown.items() if name not in states}
-    # a body's velocity reads `der(b.x)` in expressions and is the column (state or shown) `b.vx`
-    velocity = _body_velocities(states, shown)
-    for der_name, column in velocity.items():
-        subs[S.sym(der_name)] = shown[column] if column in shown else S.sym(column)
+    # the rate of a body coordinate (`der(b.x)`, as expressions read `b.vx`): ẋ in the state (v, or M⁻¹p), the map
+    # that puts outputs and velocity constraints in the state. Not for generalized coordinates: a Hamiltonian
+    # model resets its momenta (LANGUAGE.md §11)
+    positions = {c for body in system.bodies for node in body.positions for c in node}
+    if positions:
+        from .common import position_rates
+
+        for xsym, rate in position_rates(system, positions).items():
+            if S.der_name(xsym.name) not in states:
+                shown[S.der_name(xsym.name)] = rate
+                subs[S.der(xsym)] = rate
+    by_name = {s.name: s.symbol for s in system.states}
     laws = system.input_laws()
     events = []
     for ev in model.events:
         resets = []
         for r in ev.resets:
-            if r.target in velocity:
-                r = replace(r, target=velocity[r.target])
             if r.target not in states and r.target not in shown:
                 kind = _kind_of(model, r.target)
                 raise PdslError.at("BadEvent", f"`reinit` of `{r.target}`: it is {kind + ', ' if kind else ''}not a state "
                                    f"of this {system.formalism} model", r.span, _target_hint(r.target, system, states, shown))
-            resets.append(EventReset(target=r.target, value=_in_states(r.value, subs, laws), span=r.span))
+            resets.append(EventReset(target=r.target, value=_in_states(r.value, subs, laws), span=r.span,
+                                     quantity=by_name.get(r.target, shown.get(r.target))))
         cond = _in_states(ev.condition, subs, laws)
         events.append(Event(condition=cond, resets=tuple(resets), terminate=ev.terminate, span=ev.span, text=ev.text))
     return replace(system, events=tuple(events))
-
-
-def _body_velocities(states: set, shown: dict) -> dict[str, str]:
-    """``{"der(b.x)": "b.vx"}``: the velocity column of each body coordinate ``P.c`` (a state) is ``P.vc``, a state
-    (velocity formulation) or a shown column (momentum formulation) — the Cartesian formalism's naming."""
-    out = {}
-    for name in states:
-        head, dot, comp = name.rpartition(".")
-        if dot and f"{head}.v{comp}" in (states | set(shown)):
-            out[f"der({name})"] = f"{head}.v{comp}"
-    return out
 
 
 def _in_states(expr: sp.Basic, subs: dict, laws: dict) -> sp.Basic:

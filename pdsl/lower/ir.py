@@ -153,12 +153,14 @@ class Balance:
 
 @record
 class EventReset:
-    """``reinit(target, value)``: ``target`` names a state or a shown column (``b.vx``); ``value`` is an expression
-    of the values just before the event."""
+    """``reinit(target, value)``: ``target`` names a state, a shown column (``b.vx``) or a body's rate (``der(b.x)``);
+    ``quantity`` is what it names, as an expression of the states; ``value`` reads the values just before the
+    event."""
 
     target: str
     value: sp.Expr
     span: Span
+    quantity: sp.Expr | None = None
 
 
 @record
