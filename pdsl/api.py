@@ -358,8 +358,15 @@ def _as_table(data):
 
     if isinstance(data, (str, Path)):
         return None
-    if hasattr(data, "columns") and hasattr(data, "to_numpy"):  # pandas DataFrame
-        return table_from_columns(list(data.columns), data.to_numpy(dtype=float), "<DataFrame>")
+    if hasattr(data, "data_vars") and hasattr(data, "to_dataframe"):  # xarray Dataset (SimulationRun.to_xarray)
+        names = [*map(str, data.coords), *map(str, data.data_vars)]
+        units = {n: str(data[n].attrs["units"]) for n in names if data[n].attrs.get("units")}
+        df = data.to_dataframe().reset_index()
+        return table_from_columns(list(map(str, df.columns)), df.to_numpy(dtype=float), "<Dataset>", units=units)
+    if hasattr(data, "columns") and hasattr(data, "to_numpy"):  # pandas DataFrame (units in attrs["units"])
+        units = getattr(data, "attrs", {}).get("units")
+        return table_from_columns(list(data.columns), data.to_numpy(dtype=float), "<DataFrame>",
+                                  units=units if isinstance(units, Mapping) else None)
     if isinstance(data, Mapping):
         cols = list(data)
         return table_from_columns(cols, np.column_stack([np.asarray(data[c], dtype=float) for c in cols]), "<arrays>")
@@ -375,6 +382,7 @@ class SimulationRun:
     def __init__(self, model: Model, result):
         self.model, self.result = model, result
         self.columns, self.data = result.columns()
+        self.units = result.column_units()  # {column: unit} (t in s) for a model with units; names never carry them
 
     @property
     def t(self) -> np.ndarray:
@@ -391,16 +399,34 @@ class SimulationRun:
         return self.data.copy()
 
     def to_pandas(self):
-        """A pandas DataFrame with the CSV's columns (t, states, outputs, inputs)."""
+        """A pandas DataFrame with the CSV's columns (t, states, outputs, inputs); the units in
+        ``df.attrs["units"]`` (``{column: unit}``), which :meth:`Model.fit` reads back."""
         import pandas as pd
 
-        return pd.DataFrame(self.data, columns=list(self.columns))
+        df = pd.DataFrame(self.data, columns=list(self.columns))
+        df.attrs["units"] = dict(self.units)
+        return df
+
+    def to_xarray(self):
+        """An ``xarray.Dataset`` with the coordinate ``t`` and one variable per other column, each with its unit
+        as the attribute ``units`` (the netCDF/CF name, as in the HDF5 files pdsl writes). Needs xarray."""
+        try:
+            import xarray as xr
+        except ImportError:
+            raise PdslError.at("MissingDependency", "to_xarray needs the Python package `xarray`, which is not installed",
+                               hint='pip install "pdsl[xarray]" (or to_pandas(), which needs pandas only)') from None
+        t = self.data[:, self.columns.index("t")]
+        variables = {c: ("t", self.data[:, k], {"units": self.units[c]} if c in self.units else {})
+                     for k, c in enumerate(self.columns) if c != "t"}
+        return xr.Dataset(variables, coords={"t": ("t", t, {"units": "s"} if "t" in self.units else {})},
+                          attrs={"model": self.model.name})
 
     def to_csv(self, path: str | Path) -> Path:
-        """Write the CSV ``pdsl fit`` reads (atomically)."""
+        """Write the table ``pdsl fit`` reads (atomically): CSV, or Parquet/HDF5/MATLAB by the extension; the units
+        in the format's metadata (for CSV the sidecar ``NAME.units.csv``)."""
         from .data.csvio import write_table
 
-        write_table(path, self.columns, self.data)
+        write_table(path, self.columns, self.data, self.units)
         return Path(path)
 
     def plot(self, **kw):

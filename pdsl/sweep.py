@@ -205,7 +205,7 @@ class Worker:
             results["energy_drift"] = float(np.max(np.abs(res.energy - res.energy[0])))
         if res.constraint_rms is not None:
             results["constraint_rms_max"] = float(np.max(res.constraint_rms))
-        return {"columns": list(names), "data": data, "results": results}
+        return {"columns": list(names), "data": data, "units": res.column_units(), "results": results}
 
     def _fit(self, member: Member, member_dir: str | None) -> dict:
         from .fit.config import FitConfig
@@ -323,7 +323,7 @@ def run_sweep(task: SweepTask, members: list[Member], out_dir: str | Path, *, ex
         d = dirs[k]
         d.mkdir(parents=True, exist_ok=True)
         if "columns" in outcome:
-            write_table(d / "trajectory.csv", outcome["columns"], outcome["data"])
+            write_table(d / "trajectory.csv", outcome["columns"], outcome["data"], outcome.get("units"))
         _write_json(d / "member.json", {"member": members[k].to_dict(), "results": outcome["results"]}, sort=False)
         results[k] = outcome["results"]
 

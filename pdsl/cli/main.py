@@ -392,7 +392,8 @@ def cmd_simulate(args) -> int:
         params[name] = parse_float(value, f"--param {name}")
     inputs = {}
     if args.input_data:
-        inputs.update(inputs_from_csv(args.input_data, num.u_names, cover=(float(grid[0]), float(grid[-1]))))
+        inputs.update(inputs_from_csv(args.input_data, num.u_names, cover=(float(grid[0]), float(grid[-1])),
+                                      units=num.system.units))
     for item in args.input:
         name, value = parse_assignment(item, "--input")
         if name not in num.u_names:
@@ -470,7 +471,7 @@ def _write_simulation(args, res) -> None:
 
         names, data = select_columns(names, data, parse_columns(args.columns))
     data = _noisy(args, names, data)
-    _write(lambda: write_table(args.output, names, data), args.output)
+    _write(lambda: write_table(args.output, names, data, res.column_units()), args.output)
     events = res.info.get("events")
     if events is not None and args.output != "-":
         path = events_path(args.output)
@@ -671,7 +672,7 @@ def _simulate_random(args, m, num, grid, init, params, inputs) -> int:
 
         names, data = select_columns(names, data, parse_columns(args.columns))
     data = _noisy(args, names, data)
-    _write(lambda: write_table(args.output, names, data), args.output)
+    _write(lambda: write_table(args.output, names, data, runs[0].column_units()), args.output)
     origin = f"initial states from {args.init_data}" if args.init_data is not None else f"seed {args.seed}"
     print(f"{m.name}: {len(runs)} trajectories × {len(grid)} samples ({origin}) -> {args.output}")
     if runs[0].info.get("rhs"):  # pdsl.sim.compiled: VM or compiled C, and why
@@ -703,7 +704,9 @@ def _initial_states_from_csv(path, num, init, p):
     from ..diagnostics import Span
     from ..sim.initial import Projector, initial_state
 
-    table = read_table(path)
+    from ..data.units import to_model_units
+
+    table = to_model_units(read_table(path), dict(num.system.units))
     known = set(num.x_names) | set(num.report_names)
     for k, name in enumerate(table.columns):
         if name not in known:

@@ -24,7 +24,10 @@ class Table:
     path: str
     columns: tuple[str, ...]
     data: np.ndarray  # (rows, columns)
-    units: tuple[str | None, ...] = ()  # per column, from a header `theta [rad]` (empty: no column has a unit)
+    # per column (empty: no column has a unit): the file's metadata (pdsl.data.units), or a header `theta [rad]`
+    units: tuple[str | None, ...] = ()
+    unit_spans: tuple = ()  # per column, where its unit was read when not from the header cell (a sidecar's line)
+    converted: tuple = ()  # (column, from unit, to unit, factor) of the columns pdsl.data.units converted
 
     def column(self, name: str) -> np.ndarray:
         return self.data[:, self.columns.index(name)]
@@ -163,7 +166,33 @@ def read_table(path: str | Path) -> Table:
                 ) from None
             data[r - 2, c] = v
             col += len(cell) + 1
-    return Table(path=str(p), columns=tuple(header), data=data, units=units)
+    units, spans = _sidecar_units(p, header, units)
+    return Table(path=str(p), columns=tuple(header), data=data, units=units, unit_spans=spans)
+
+
+def _sidecar_units(p: Path, header: list[str], units: tuple) -> tuple[tuple, tuple]:
+    """The units of a CSV's columns from its sidecar ``NAME.units.csv`` (:mod:`pdsl.data.units`) merged with
+    those of ``name [unit]`` header cells; a column given two different units is an error at the sidecar's line."""
+    from .units import conversion_factor, read_units_file
+
+    side = read_units_file(p, header)
+    if not side:
+        return units, ()
+    merged = list(units) if units else [None] * len(header)
+    spans: list = [None] * len(header)
+    for name, (unit, span) in side.items():
+        k = header.index(name)
+        if merged[k] and merged[k] != unit:
+            try:
+                same = conversion_factor(merged[k], unit) == 1.0
+            except ValueError:
+                same = False
+            if not same:
+                raise PdslError.at("BadCsv", f"column `{shown_value(name)}` is in `{merged[k]}` by the header of {p.name} "
+                                   f"but in `{unit}` by its units file", span, "give each column one unit")
+        merged[k] = unit
+        spans[k] = span
+    return tuple(merged), tuple(spans)
 
 
 def parse_column_map(text: str, origin: str = "--map") -> dict[str, str]:
@@ -209,12 +238,15 @@ def map_columns(table: Table, mapping: dict[str, str] | None, origin: str = "--m
             raise PdslError.at("BadCsv", f"{origin}: columns `{header[j]}` and `{header[k]}` would both be called `{name}`",
                                cell_span(table.path, 1, k), "map each column to a different name, or drop one")
         seen[name] = k
-    return Table(path=table.path, columns=tuple(renamed), data=table.data)
+    return Table(path=table.path, columns=tuple(renamed), data=table.data, units=table.units,
+                 unit_spans=table.unit_spans, converted=table.converted)
 
 
-def table_from_columns(columns, data, label: str = "<data>") -> Table:
+def table_from_columns(columns, data, label: str = "<data>", units=None) -> Table:
     """A :class:`Table` from in-memory columns (a DataFrame's, or arrays'), checked like a file's cells:
-    the text of an equivalent CSV is registered under ``label`` so that errors are located in it."""
+    the text of an equivalent CSV is registered under ``label`` so that errors are located in it. ``units``: per
+    column (a sequence aligned with ``columns``, or a mapping by name), from a file's metadata or a DataFrame's
+    ``attrs["units"]``."""
     import io
 
     header = [str(c) for c in columns]
@@ -238,7 +270,11 @@ def table_from_columns(columns, data, label: str = "<data>") -> Table:
         r, c = (int(v) for v in bad[0])
         raise PdslError.at("BadCsv", f"`{arr[r, c]}` in column `{header[c]}` is not a finite number", cell_span(label, r + 2, c),
                            "cells must be finite: remove or interpolate missing samples")
-    return Table(path=label, columns=tuple(h.strip() for h in header), data=arr)
+    names = tuple(h.strip() for h in header)
+    from .units import units_mapping
+
+    given = units_mapping(names, units)
+    return Table(path=label, columns=names, data=arr, units=tuple(given.get(n) for n in names) if given else ())
 
 
 def cell_span(path: str, line: int, column: int) -> Span:
@@ -277,22 +313,28 @@ def atomic_path(path: str | Path):
         os.replace(tmp, target)
 
 
-def write_table(path: str | Path, columns, data: np.ndarray) -> None:
+def write_table(path: str | Path, columns, data: np.ndarray, units=None) -> None:
     """Write a CSV atomically, full precision (repr of float64); ``-`` is standard output, and a
-    ``.parquet``/``.h5``/``.mat`` name writes that format instead (pdsl/data/formats.py)."""
+    ``.parquet``/``.h5``/``.mat`` name writes that format instead (pdsl/data/formats.py).
+
+    ``units`` (a mapping by column name, or a sequence aligned with ``columns``) go into the format's metadata,
+    for CSV into the sidecar ``NAME.units.csv`` (:mod:`pdsl.data.units`); the header holds the bare names."""
     from .formats import other_format, write_csv_stdout, write_other
+    from .units import units_mapping, write_units_file
 
     if str(path) == "-":
         return write_csv_stdout(columns, data)
+    units = units_mapping([str(c) for c in columns], units)
     fmt = other_format(path)
     if fmt:
         with atomic_path(path) as tmp:
-            write_other(tmp, fmt, columns, data)
+            write_other(tmp, fmt, columns, data, units)
         return
     with atomic_path(path) as tmp:
         with open(tmp, "w", newline="", encoding="utf-8") as fh:
             csv.writer(fh).writerow(columns)
             write_rows(fh, data, "\r\n")
+    write_units_file(path, units)
 
 
 def write_rows(fh, data, newline: str, block: int = 4096) -> None:

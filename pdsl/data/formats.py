@@ -5,16 +5,23 @@ Parquet (``.parquet``, ``.pq``), HDF5 (``.h5``, ``.hdf5``) and MATLAB (``.mat``)
 :func:`read_other` / :func:`write_other`; every other name is CSV and stays with csvio's strict
 parser (there is no second CSV parser). ``-`` as an output path is CSV on standard output.
 
-Layouts (what pdsl writes, and what it reads):
+Layouts (what pdsl writes, and what it reads). Columns are named as ``show`` names the quantities; units are
+metadata (:mod:`pdsl.data.units`), never part of a name:
 
-* Parquet: one float64 column per table column, in order (pandas/pyarrow round trip).
-* HDF5: one 1-D float64 dataset per column at the file's root, in the order of the root attribute
-  ``columns`` (HDF5 lists names alphabetically). Reading a file without that attribute takes every
-  1-D numeric dataset at the root, in HDF5's order; a 2-D dataset ``data`` with an attribute
-  ``columns`` is read too.
-* MATLAB ``.mat`` (v5): a matrix ``data`` (rows × columns) and a cell array ``columns`` with the
-  column names (CSV names such as ``der(q1)`` or ``b1.x`` are not MATLAB variable names). Reading a
-  file without that pair takes every numeric column vector of the same length, by variable name.
+* Parquet: one float64 column per table column, in order; a column's unit in its field metadata ``unit``
+  (``pandas.read_parquet`` reads the table; ``pyarrow.parquet.read_schema(path).field(name).metadata``, the unit).
+* HDF5, netCDF-4 compatible (``xarray.open_dataset(path, engine="h5netcdf")`` reads it, with ``units`` attributes):
+  one 1-D float64 dataset per column at the file's root, each with the attribute ``units`` where it has one, and
+  the root attribute ``columns`` with their order; the dataset ``t`` is the dimension (a netCDF coordinate) of a
+  table with one trajectory, a dimension ``row`` without values that of a table with a ``traj`` column (its ``t``
+  repeats) or without ``t``. The file tracks creation order, so HDF5 lists the columns in order too. Reading a file
+  without ``columns`` takes every 1-D numeric dataset at the root (a netCDF dimension without values excepted),
+  in HDF5's order; a 2-D dataset ``data`` with an attribute ``columns`` is read too.
+* MATLAB ``.mat`` (v5): a matrix ``data`` (rows × columns), a cell array ``columns`` with the column names (CSV
+  names such as ``der(q1)`` or ``b1.x`` are not MATLAB variable names) and a cell array ``units`` (``''`` where
+  a column has none): ``m = scipy.io.loadmat(path, simplify_cells=True); pandas.DataFrame(m["data"],
+  columns=m["columns"])``, or ``array2table(data, 'VariableNames', columns)`` in MATLAB. Reading a file without
+  that pair takes every numeric column vector of the same length, by variable name.
 
 The readers need optional packages (``pip install "pdsl[formats]"``: pyarrow, h5py; scipy is a core
 dependency); a missing one is a ``MissingDependency`` error naming it. Values are checked like CSV
@@ -90,7 +97,7 @@ def read_other(path):
     register_source(str(p), f"<{fmt} file {p.name}>")  # what an error shows as the line (not binary bytes)
     mod = _need(fmt)
     try:
-        columns, data = {"parquet": _read_parquet, "hdf5": _read_hdf5, "mat": _read_mat}[fmt](mod, p)
+        columns, data, *units = {"parquet": _read_parquet, "hdf5": _read_hdf5, "mat": _read_mat}[fmt](mod, p)
     except PdslError:
         raise
     except Exception as exc:  # noqa: BLE001 - a library's complaint about a damaged or foreign file
@@ -98,52 +105,81 @@ def read_other(path):
                            hint=f"a {fmt} table of numeric columns, as `pdsl simulate -o FILE{p.suffix}` writes") from None
     if not columns:
         raise PdslError.at("BadCsv", f"{p} holds no numeric columns", _at(p))
-    return table_from_columns(columns, data, label=str(p))
+    return table_from_columns(columns, data, label=str(p), units=units[0] if units else None)
 
 
 def _read_parquet(pa, p: Path):
     import pyarrow.parquet as pq
 
     tab = pq.read_table(p)
-    cols, arrays = [], []
-    for name, col in zip(tab.column_names, tab.columns):
+    cols, arrays, units = [], [], []
+    for field, col in zip(tab.schema, tab.columns):
         try:
             arrays.append(np.asarray(col.to_numpy(zero_copy_only=False), dtype=float))
         except (TypeError, ValueError):
-            raise PdslError.at("BadCsv", f"column `{name}` of {p} is not numeric ({col.type})", _at(p)) from None
-        cols.append(str(name))
-    return cols, np.column_stack(arrays) if arrays else np.zeros((0, 0))
+            raise PdslError.at("BadCsv", f"column `{field.name}` of {p} is not numeric ({col.type})", _at(p)) from None
+        cols.append(str(field.name))
+        unit = (field.metadata or {}).get(b"unit")
+        units.append(unit.decode("utf-8", "replace") if unit else None)
+    return cols, np.column_stack(arrays) if arrays else np.zeros((0, 0)), units
+
+
+def _text(v) -> str:
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if isinstance(v, np.ndarray) and v.size == 1:
+        return _text(v.reshape(-1)[0])
+    return str(v)
+
+
+_NETCDF_DIMENSION = "This is a netCDF dimension but not a netCDF variable"
 
 
 def _read_hdf5(h5py, p: Path):
     with h5py.File(p, "r") as f:
+        def unit(name):
+            u = f[name].attrs.get("units") if name in f else None
+            return _text(u).strip() or None if u is not None else None
+
         if "columns" in f.attrs:
-            names = [n.decode() if isinstance(n, bytes) else str(n) for n in f.attrs["columns"]]
+            names = [_text(n) for n in f.attrs["columns"]]
             if "data" in f and getattr(f["data"], "ndim", 0) == 2:
-                return names, np.asarray(f["data"][...], dtype=float)
+                units = f["data"].attrs.get("units")
+                units = [_text(u) or None for u in units] if units is not None and len(units) == len(names) else None
+                return names, np.asarray(f["data"][...], dtype=float), units
             missing = [n for n in names if n not in f]
             if missing:
                 raise PdslError.at("BadCsv", f"{p}: column `{missing[0]}` is listed but has no dataset", _at(p))
-            return names, np.column_stack([np.asarray(f[n][...], dtype=float) for n in names]) if names else np.zeros((0, 0))
+            data = np.column_stack([np.asarray(f[n][...], dtype=float) for n in names]) if names else np.zeros((0, 0))
+            return names, data, [unit(n) for n in names]
         names, arrays = [], []
         for name, obj in f.items():
+            if _text(obj.attrs.get("NAME", b"")).startswith(_NETCDF_DIMENSION):
+                continue  # a netCDF dimension without values (xarray writes one per dimension without coordinate)
             if isinstance(obj, h5py.Dataset) and obj.ndim == 1 and np.issubdtype(obj.dtype, np.number):
                 names.append(name)
                 arrays.append(np.asarray(obj[...], dtype=float))
         _same_length(p, names, arrays)
-        return names, np.column_stack(arrays) if arrays else np.zeros((0, 0))
+        return names, np.column_stack(arrays) if arrays else np.zeros((0, 0)), [unit(n) for n in names]
 
 
 def _read_mat(scipy, p: Path):
     from scipy.io import loadmat
 
     m = loadmat(p)
+
+    def strings(cells):
+        return [str(np.asarray(c).ravel()[0]) if np.asarray(c).size else "" for c in np.asarray(cells).ravel()]
+
     if "data" in m and "columns" in m:
-        names = [str(np.asarray(c).ravel()[0]) if np.asarray(c).size else "" for c in np.asarray(m["columns"]).ravel()]
+        names = strings(m["columns"])
         data = np.atleast_2d(np.asarray(m["data"], dtype=float))
         if data.shape[1] != len(names):
             raise PdslError.at("BadCsv", f"{p}: `data` has {data.shape[1]} columns but `columns` names {len(names)}", _at(p))
-        return names, data
+        units = strings(m["units"]) if "units" in m else []
+        if units and len(units) != len(names):
+            raise PdslError.at("BadCsv", f"{p}: `units` has {len(units)} entries but `columns` names {len(names)}", _at(p))
+        return names, data, [u.strip() or None for u in units] or None
     names, arrays = [], []
     for name, value in m.items():
         if name.startswith("__"):
@@ -163,31 +199,59 @@ def _same_length(p: Path, names, arrays) -> None:
                            _at(p), hint="every column of a trajectory table has one value per sample")
 
 
-def write_other(tmp: Path, fmt: str, columns, data: np.ndarray) -> None:
-    """Write the table into ``tmp`` (csvio's atomic temporary path) in format ``fmt``."""
+def write_other(tmp: Path, fmt: str, columns, data: np.ndarray, units=None) -> None:
+    """Write the table into ``tmp`` (csvio's atomic temporary path) in format ``fmt``; ``units`` (``{column: unit}``)
+    into the format's metadata (see the module's docstring)."""
     mod = _need(fmt)
     names = [str(c) for c in columns]
+    units = dict(units or {})
     arr = np.asarray(data, dtype=float).reshape(-1, len(names)) if names else np.zeros((0, 0))
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
-        tab = mod.table({n: arr[:, k] for k, n in enumerate(names)})
+        fields = [mod.field(n, mod.float64(), metadata={"unit": units[n]} if units.get(n) else None) for n in names]
+        tab = mod.table([mod.array(arr[:, k], type=mod.float64()) for k in range(len(names))], schema=mod.schema(fields))
         pq.write_table(tab, tmp)
     elif fmt == "hdf5":
-        bad = [n for n in names if "/" in n or n in (".", "")]
+        bad = [n for n in names if "/" in n or n in (".", "") or n == _ROW]
         if bad:
             raise PdslError.at("BadOption", f"column `{bad[0]}` cannot be an HDF5 dataset name", hint="use CSV or Parquet")
-        with mod.File(tmp, "w") as f:
-            for k, n in enumerate(names):
-                f.create_dataset(n, data=arr[:, k])
-            f.attrs["columns"] = np.array(names, dtype=mod.string_dtype())
+        _write_hdf5(mod, tmp, names, arr, units)
     else:
         from scipy.io import savemat
 
-        cells = np.empty((1, len(names)), dtype=object)
+        def cells(values):
+            out = np.empty((1, len(values)), dtype=object)
+            for k, v in enumerate(values):
+                out[0, k] = v
+            return out
+
+        savemat(tmp, {"data": arr, "columns": cells(names), "units": cells([units.get(n, "") for n in names])},
+                do_compression=True)
+
+
+_ROW = "row"  # the HDF5 dimension of a table whose `t` is not one increasing time axis
+
+
+def _write_hdf5(h5py, tmp: Path, names: list[str], arr: np.ndarray, units: dict) -> None:
+    """One dataset per column, netCDF-4 compatible: dimension scales, ``units`` attributes, creation order."""
+    t = arr[:, names.index("t")] if "t" in names else None
+    axis = "t" if t is not None and "traj" not in names and (len(t) < 2 or bool(np.all(np.diff(t) > 0))) else None
+    with h5py.File(tmp, "w", track_order=True) as f:
+        if axis is None:  # a netCDF dimension without values (what netCDF-4 and h5netcdf write for one)
+            dim = f.create_dataset(_ROW, shape=(len(arr),), dtype="f4")
+            dim.make_scale(f"{_NETCDF_DIMENSION}.{len(arr):10d}")
         for k, n in enumerate(names):
-            cells[0, k] = n
-        savemat(tmp, {"data": arr, "columns": cells}, do_compression=True)
+            ds = f.create_dataset(n, data=arr[:, k])
+            if units.get(n):
+                ds.attrs["units"] = units[n]
+            if n == axis:
+                ds.make_scale(n)
+                dim = ds
+        for n in names:
+            if n != axis:
+                f[n].dims[0].attach_scale(dim)
+        f.attrs["columns"] = np.array(names, dtype=h5py.string_dtype())
 
 
 def write_csv_stdout(columns, data) -> None:

@@ -134,7 +134,7 @@ def load_dataset(path, num: NumericSystem, *, observe=None, min_samples: int = 2
     per_sample = {k: v for k, v in (noise or {}).items() if isinstance(v, str)}
     sigma_columns = tuple(v for v in per_sample.values() if not v.endswith("%"))
     cols = _check_columns(table, num, observe, latent=latent, given_inputs=tuple(inputs), extra=sigma_columns)
-    _check_units(table, num)
+    table = _model_units(table, num)
     observed = cols["observed"]
     measured = tuple(n for n in num.report_names if n in table.columns)
     groups = _split_trajectories(table)
@@ -244,27 +244,13 @@ def _input_values(inputs, name: str, t: np.ndarray) -> np.ndarray:
     return v
 
 
-def _check_units(table: Table, num: NumericSystem) -> None:
-    """A column whose header names a unit (``theta [deg]``) must be in the unit the model declares for it: pdsl
-    never converts values, so data in other units (even of the same dimension: deg for rad, mm for m) are refused."""
-    if not table.units:
-        return
-    from ..resolve.units import UnitSyntax, parse_unit
+def _model_units(table: Table, num: NumericSystem) -> Table:
+    """``table`` with its columns in the units the model declares (pdsl.data.units.to_model_units: converted with
+    pint, ``mm`` -> ``m``, ``deg`` -> ``rad``; a different dimension, or without pint a different unit, is an
+    error at the cell that names the column's unit)."""
+    from ..data.units import to_model_units
 
-    declared = dict(getattr(num.system, "units", ()) or ())
-    declared.setdefault("t", "s")
-    for k, (name, unit) in enumerate(zip(table.columns, table.units)):
-        want = declared.get(name)
-        if not unit or not want or unit.replace(" ", "") == want.replace(" ", ""):
-            continue
-        try:
-            same = parse_unit(unit) == parse_unit(want)
-        except UnitSyntax:
-            raise _error(table.path, 1, k, f"column `{shown_value(name)}`: `{unit}` is not a unit pdsl reads",
-                         "units are SI symbols with prefixes and powers: kg, m/s^2, N*m, rad") from None
-        what = "a different unit of the same dimension" if same else "a different dimension"
-        raise _error(table.path, 1, k, f"column `{shown_value(name)}` is in {unit}, but the model declares {want} "
-                     f"({what})", "pdsl does not convert values: give the data in the model's units, or change its unit")
+    return to_model_units(table, dict(getattr(num.system, "units", ()) or ()), code=CODE)
 
 
 def _check_columns(table: Table, num: NumericSystem, observe, latent: bool = False, given_inputs=(), extra=()) -> dict:

@@ -83,7 +83,7 @@ class SimulationResult:
     power: np.ndarray | None = None  # dE/dt along the flow (supplied − dissipated), with ``energy``
     u: np.ndarray | None = None  # exogenous inputs used (len(t), nu), so that `fit` can read them back
     u_names: tuple[str, ...] = ()
-    units: tuple[tuple[str, str], ...] = ()  # (name, unit) of columns with a unit: headers `theta [rad]`
+    units: tuple[tuple[str, str], ...] = ()  # (name, unit) of quantities with a unit: the tables' metadata (pdsl.data.units)
     # ∫₀ᵗ power ds integrated with the states (a quadrature of CVODES/IDAS, an augmented state of a fixed-step
     # scheme; simulate(power_integral=True)), None when it was not (energy_balance then uses the output grid)
     power_integral: np.ndarray | None = None
@@ -93,13 +93,17 @@ class SimulationResult:
         shown, names = (self.shown, self.shown_names) if self.shown is not None else (self.x, self.x_names)
         u = self.u if self.u is not None else np.zeros((len(self.t), 0))
         header = ["t", *names, *self.z_names, *self.y_names, *self.u_names]
-        if self.units:  # `theta [rad]` (pdsl.data.csvio.header_with_unit); unchanged for a model without units
-            from ..data.csvio import header_with_unit
-
-            unit = dict(self.units, t="s")
-            header = [header_with_unit(h, unit.get(h)) for h in header]
         data = np.column_stack([self.t, shown, self.z, self.y, u]) if len(self.t) else np.zeros((0, len(header)))
         return header, data
+
+    def column_units(self) -> dict[str, str]:
+        """``{column: unit}`` of the columns with a unit (``t`` in s), for a table's metadata; empty for a model
+        without units. Column names never carry the unit (pdsl.data.units)."""
+        if not self.units:
+            return {}
+        unit = dict(self.units, t="s")
+        names = self.shown_names if self.shown is not None else self.x_names
+        return {h: unit[h] for h in ("t", *names, *self.z_names, *self.y_names, *self.u_names) if unit.get(h)}
 
 
 MAX_OUTPUT_STEPS = 10_000_000  # output intervals of one trajectory (10^7 + 1 rows: 80 MB per column)
@@ -160,17 +164,19 @@ def input_from_expression(num: NumericSystem, name: str, text: str) -> InputSign
 
 
 def inputs_from_csv(path: str | Path, wanted: tuple[str, ...], *,
-                    cover: tuple[float, float] | None = None) -> dict[str, InputSignal]:
+                    cover: tuple[float, float] | None = None, units=None) -> dict[str, InputSignal]:
     """Columns of a CSV with a ``t`` column, interpolated linearly in time.
 
     Every column is ``t`` or one of ``wanted``; at least two rows with increasing ``t``;
     ``cover = (t0, t_end)``: the samples must span that interval (no extrapolation).
-    Problems are ``BadCsv`` errors at the file's cell.
+    Problems are ``BadCsv`` errors at the file's cell. ``units``: the model's ``{name: unit}``, into which columns
+    with a unit in the file's metadata are converted (pdsl.data.units).
     """
     from ..data.csvio import cell_span, read_table, shown_value
+    from ..data.units import to_model_units
     from ..diagnostics import Span
 
-    table = read_table(path)
+    table = to_model_units(read_table(path), dict(units or ()))
     p = table.path
     inputs = ", ".join(wanted) or "none"
     for k, name in enumerate(table.columns):

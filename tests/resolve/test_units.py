@@ -182,16 +182,26 @@ def test_show_prints_units():
     assert "tau [N*m] = (if t < 1 then 0 else 1/5)" in text
 
 
-def test_csv_headers_carry_units_and_read_back(tmp_path):
+def test_csv_units_are_metadata_and_read_back(tmp_path):
+    """Columns are named as `show` names the states; the units go to the sidecar p.units.csv (issue 34)."""
     c = compile_model("<test>", text=PENDULUM)
     r = simulate(c.numeric, time_grid(2.0, 0.5))
     header, data = r.columns()
-    assert header == ["t [s]", "theta [rad]", "der(theta) [rad/s]", "x [m]"]
-    write_table(tmp_path / "p.csv", header, data)
+    assert header == ["t", "theta", "der(theta)", "x"]
+    assert r.column_units() == {"t": "s", "theta": "rad", "der(theta)": "rad/s", "x": "m"}
+    write_table(tmp_path / "p.csv", header, data, r.column_units())
+    assert (tmp_path / "p.csv").read_text().splitlines()[0] == "t,theta,der(theta),x"
     table = read_table(tmp_path / "p.csv")
     assert table.columns == ("t", "theta", "der(theta)", "x")
     assert table.units == ("s", "rad", "rad/s", "m")
     np.testing.assert_array_equal(table.data, data)
+
+
+def test_old_headers_with_units_are_still_read(tmp_path):
+    """A CSV that an earlier pdsl wrote (`theta [rad]` in the header) reads as the column `theta` in rad."""
+    (tmp_path / "old.csv").write_text("t [s],theta [rad],der(theta) [rad/s]\n0,0.1,0\n0.5,0.2,0.1\n")
+    table = read_table(tmp_path / "old.csv")
+    assert table.columns == ("t", "theta", "der(theta)") and table.units == ("s", "rad", "rad/s")
 
 
 def test_header_parser():
@@ -225,7 +235,7 @@ def test_fit_reads_a_csv_with_units(tmp_path):
     c = compile_model("<test>", text=PENDULUM)
     r = simulate(c.numeric, time_grid(2.0, 0.1))
     header, data = r.columns()
-    write_table(tmp_path / "run.csv", header, data)
+    write_table(tmp_path / "run.csv", header, data, r.column_units())
     ds = load_dataset(tmp_path / "run.csv", c.numeric)
     assert "x" in ds.observed
     (traj,) = ds.trajectories
@@ -274,20 +284,24 @@ def test_units_on_ports(domain, unit, code, col):
     assert (d.code, d.span.line, d.span.col) == (code, 5, col)
 
 
-def test_csv_columns_in_other_units_are_refused(tmp_path):
-    """`theta [deg]` for a model in rad: pdsl never converts values, so fit refuses the column at its header."""
+def test_csv_columns_in_other_dimensions_are_refused(tmp_path, monkeypatch):
+    """`theta [m]` for a model in rad: refused at the header cell, pint or not; `theta [deg]` without pint is refused
+    too (pdsl never takes degrees as radians; with pint it converts them: tests/data/test_units_metadata.py)."""
     from pdsl.cli.main import main
+    from pdsl.data import units as U
 
     model = tmp_path / "p.phm"
     model.write_text('model P\n  param g = 9.81 {unit = "m/s^2", free}, l = 1.0 {unit = "m"}\n'
                      '  coord theta = 0.3 {unit = "rad"}\n  lagrangian l^2/2*der(theta)^2 + g*l*cos(theta)\nend\n')
     data = tmp_path / "p.csv"
     assert main(["simulate", str(model), "--t-end", "1", "--dt", "0.1", "-o", str(data)]) == 0
+    (tmp_path / "p.units.csv").unlink()  # the units go into the old-style header below
     header, *rest = data.read_text().splitlines()
-    assert header.startswith("t [s],theta [rad]")
+    assert header.startswith("t,theta,")
+    monkeypatch.setattr(U, "_pint", lambda: None)  # as without pint
     for unit, what in (("deg", "same dimension"), ("m", "different dimension")):
         bad = tmp_path / f"{unit}.csv"
-        bad.write_text("\n".join([header.replace("theta [rad]", f"theta [{unit}]"), *rest]) + "\n")
+        bad.write_text("\n".join([header.replace("t,theta,", f"t,theta [{unit}],"), *rest]) + "\n")
         from pdsl.diagnostics import PdslError
         from pdsl.fit.data import load_dataset
         from pdsl.pipeline import compile_model
@@ -295,4 +309,4 @@ def test_csv_columns_in_other_units_are_refused(tmp_path):
         with pytest.raises(PdslError) as err:
             load_dataset(bad, compile_model(model).numeric)
         d = err.value.diagnostics[0]
-        assert (d.span.line, d.span.col) == (1, 7) and what in d.message
+        assert (d.span.line, d.span.col) == (1, 3) and what in d.message
