@@ -55,6 +55,9 @@ def add_parsers(sub, common) -> None:
     p.add_argument("--stride", type=integer, help="samples between chunk starts (default: the chunk length)")
     p.add_argument("--batch", type=integer, help="chunks per minibatch (default 200)")
     p.add_argument("--integrator", help="rk4 (default) | midpoint | gauss2 | euler")
+    p.add_argument("--switches", choices=("step-through", "locate"),
+                   help="switching surfaces on the state (`if` on states, sign): step-through (default) | locate (each "
+                        "step locates the surface it crosses, Filippov sliding; gradients include the switching-time term)")
     p.add_argument("--substeps", type=integer, help="integrator steps per data interval (default: physical parameters: chosen from the sample "
                    "spacing and the model's time scales, reported; with networks 1)")
     p.add_argument("--project", type=integer, metavar="STEPS",

@@ -70,6 +70,9 @@ def make_loss(num: NumericSystem, layout: ParamLayout, spec: LossSpec, observed:
     from .loss import ChunkLoss
 
     if choose_backend(cfg, num, layout, spec) == "torch":
+        if spec.switches == "locate":
+            raise PdslError.at("BadOption", "--switches locate runs on the CasADi backend; the torch backend steps "
+                               "through switching surfaces", hint="drop --backend torch (or --switches locate)")
         from .torch_loss import TorchChunkLoss  # torch only here
 
         return TorchChunkLoss(num, layout, spec, observed)

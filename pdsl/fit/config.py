@@ -46,6 +46,9 @@ class FitPlan:
     chunk: int | None = None  # default 4 (A3/A5: 5 samples per chunk); 20 when unmeasured states are estimated
     stride: int | None = None  # default: chunk (disjoint chunks, A4.2)
     integrator: str = "rk4"  # A5 [REPO-P0]: fixed-step RK4 on the data grid
+    # switching surfaces on the state (`if` on states, sign): step-through (default: the integrator steps across them,
+    # as written) | locate (each step locates the first surface it crosses, Filippov sliding: pdsl.numerics.events)
+    switches: str = "step-through"
     substeps: int | None = None  # default: chosen from the sample spacing and time scales (physical fits), else 1
     project: int = 0  # Newton steps projecting each chunk's first sample onto the constraints
     loss: str = "auto"  # l1 (adamw, A5) | mse (gauss-newton, ipopt)
@@ -202,6 +205,8 @@ def check_options(cfg: FitPlan) -> None:
             raise PdslError.at("BadOption", f"--param {name}: {value} is not finite")
     if cfg.data is None:
         raise PdslError.at("BadOption", "no data: give --data CSV (or `data = ...` in the --config file)")
+    if cfg.switches not in ("step-through", "locate"):
+        raise PdslError.at("BadOption", f"--switches {cfg.switches}: unknown", hint="step-through or locate")
     if cfg.start not in ("auto", "data", "estimate"):
         raise PdslError.at("BadOption", f"--start {cfg.start}: unknown", hint="auto, data or estimate")
     for name, sigma in (cfg.noise or {}).items():

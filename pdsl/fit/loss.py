@@ -67,6 +67,7 @@ class LossSpec:
     # inputs known as expressions of t (--input NAME=EXPR): (input index, CasADi Function (t, x, p) -> u), evaluated
     # at every integration stage's time instead of interpolated linearly between the samples (CasADi backend)
     exact_inputs: tuple = ()
+    switches: str = "step-through"  # switching surfaces on the state: step-through | locate (pdsl.numerics.events)
 
 
 # ---------------------------------------------------------------- model pieces
@@ -135,21 +136,24 @@ def observation_function(num: NumericSystem, observed: tuple[str, ...]) -> ca.Fu
     return ca.Function("observe", [t, x, p, u], [ca.vertcat(*rows)])
 
 
-def make_interval(num: NumericSystem, method: str, dt: float, substeps: int = 1, exact_inputs=(), **step_options) -> ca.Function:
+def make_interval(num: NumericSystem, method: str, dt: float, substeps: int = 1, exact_inputs=(), switches: str = "step-through",
+                  **step_options) -> ca.Function:
     """``interval(x, p, u0, u1, tk) -> x(tk + dt)``: ``substeps`` steps, u linear from u0 to u1 (the
     ``exact_inputs``, functions of t, evaluated at each stage's time instead)."""
-    return _interval(num, method, substeps, dt, exact_inputs, **step_options)
+    return _interval(num, method, substeps, dt, exact_inputs, switches, **step_options)
 
 
-def make_variable_interval(num: NumericSystem, method: str, substeps: int = 1, exact_inputs=(), **step_options) -> ca.Function:
+def make_variable_interval(num: NumericSystem, method: str, substeps: int = 1, exact_inputs=(), switches: str = "step-through",
+                           **step_options) -> ca.Function:
     """``interval(x, p, u0, u1, tk, h) -> x(tk + h)`` for intervals of any length h (irregular samples).
 
     Time is rescaled to τ ∈ [0, 1] (dx/dτ = h·f(tk + τh, x, p, u0 + τ(u1 − u0))), so the same
     fixed-step schemes take ``substeps`` steps of 1/substeps in τ, whatever h is."""
-    return _interval(num, method, substeps, None, exact_inputs, **step_options)
+    return _interval(num, method, substeps, None, exact_inputs, switches, **step_options)
 
 
-def _interval(num: NumericSystem, method: str, substeps: int, dt: float | None, exact_inputs=(), **step_options) -> ca.Function:
+def _interval(num: NumericSystem, method: str, substeps: int, dt: float | None, exact_inputs=(), switches: str = "step-through",
+              **step_options) -> ca.Function:
     """The interval map of a fixed ``dt``, or (``dt`` None) of a length ``h`` given as its last argument."""
     if num.rhs is None:
         raise PdslError.at("NotYetSupported", f"{num.system.name} is a DAE; fitting needs an ODE model", num.system.span)
@@ -170,16 +174,19 @@ def _interval(num: NumericSystem, method: str, substeps: int, dt: float | None, 
         for i, fn in exact_inputs:
             rows[i] = fn(t_abs, x, p)
         u = ca.vertcat(*rows)
-    if variable:
-        rhs, h = hk * num.rhs(t_abs, x, p, u), 1.0 / substeps
-    else:
-        rhs, h = num.rhs(t_abs, x, p, u), dt / substeps
-    f = ca.Function("f_interval", [tau, x, q], [rhs])
+    scale = hk if variable else 1.0
+    h = 1.0 / substeps if variable else dt / substeps
+    f = ca.Function("f_interval", [tau, x, q], [scale * num.rhs(t_abs, x, p, u)])
     events = interval_events(num, tau, x, q, t_abs, p, u)
+    located = interval_switches(num, tau, x, q, t_abs, p, u, scale) if switches == "locate" and events is None else None
     if events is not None:  # `when`: each step locates the events in it (pdsl.numerics.events)
         from ..numerics.events import make_event_step
 
         step = make_event_step(f, method, h, events, **step_options)
+    elif located is not None:  # --switches locate: each step locates the first switching surface it crosses
+        from ..numerics.events import make_switch_step
+
+        step = make_switch_step(located, method, h, **step_options)
     else:
         step = make_step(f, method, h, **step_options)
     sym = ca.SX.sym if step.is_a("SXFunction") else ca.MX.sym
@@ -225,6 +232,44 @@ def interval_events(num: NumericSystem, tau, x, q, t_abs, p, u):
         idx = tuple(num.x_names.index(n) for n in hy.targets[j])
         resets.append((idx, ca.Function(f"reset{j}_interval", [tau, x, q], [fn(t_abs, x, z, p, u)])))
     return StepEvents(atoms, tuple(hy.strict), tuple(hy.conditions), tuple(resets), tuple(hy.terminate))
+
+
+def interval_switches(num: NumericSystem, tau, x, q, t_abs, p, u, scale):
+    """The switching surfaces of the dynamics (pdsl.backend.switching) in the interval's time variable τ
+    (:class:`pdsl.numerics.events.StepSwitches`), None for a model without them."""
+    hy = num.hybrid
+    sw = hy.switches if hy is not None else None
+    if sw is None or not sw.n:
+        return None
+    from ..numerics.events import StepSwitches
+
+    if num.nz:
+        raise PdslError.at("NotYetSupported", f"--switches locate: {num.system.name} has algebraic variables",
+                           num.system.span, "fitting with located switches takes ODE models; use --switches step-through")
+    sym = type(x).sym
+    z, m = sym("z", 0), sym("m", sw.n)
+    io = [tau, x, q, m]
+    f_modes = ca.Function("f_modes", io, [scale * sw.dae(t_abs, x, z, p, u, m)[0]])
+    slide = tuple(None if fn is None else ca.Function(f"slide{k}", io, [scale * fn(t_abs, x, z, p, u, m)[0]])
+                  for k, fn in enumerate(sw.slide))
+    return StepSwitches(
+        f_modes=f_modes, indicators=ca.Function("switches", [tau, x, q], [sw.indicators(t_abs, x, z, p, u)]),
+        kinds=sw.kinds, strict=sw.strict, slide=slide,
+        rate=ca.Function("switch_rates", io, [scale * sw.rate(t_abs, x, z, p, u, m)]),
+    )
+
+
+def trajectory_pieces(num: NumericSystem):
+    """(f(t, x, p), StepEvents | None, StepSwitches | None) of a model without inputs, in its own time: what
+    :func:`pdsl.numerics.sensitivity.loss_and_grad` and :func:`pdsl.numerics.event_sensitivity.event_sensitivities`
+    take (q = p)."""
+    if num.u_names:
+        raise PdslError.at("NotYetSupported", f"{num.system.name} has inputs: give them as functions of t in f",
+                           num.system.span)
+    sym = _sym(num)
+    t, x, p, u = sym("t"), sym("x", num.nx), sym("p", len(num.p_names)), sym("u", 0)
+    f = ca.Function("f", [t, x, p], [num.rhs(t, x, p, u)], ["t", "x", "p"], ["xdot"])
+    return f, interval_events(num, t, x, p, t, p, u), interval_switches(num, t, x, p, t, p, u, 1.0)
 
 
 def casadi_step_options(spec: LossSpec) -> dict:
@@ -277,9 +322,10 @@ class ChunkLoss:
         self.obs = observation_function(num, observed)
         options = casadi_step_options(spec)
         if spec.variable_step:
-            self.interval = make_variable_interval(num, spec.method, spec.substeps, spec.exact_inputs, **options)
+            self.interval = make_variable_interval(num, spec.method, spec.substeps, spec.exact_inputs, spec.switches, **options)
         else:
-            self.interval = make_interval(num, spec.method, spec.dt, spec.substeps, spec.exact_inputs, **options)
+            self.interval = make_interval(num, spec.method, spec.dt, spec.substeps, spec.exact_inputs, spec.switches,
+                                          **options)
         w = np.ones(len(observed)) if spec.weights is None else np.asarray(spec.weights, dtype=float)
         self.weights = ca.DM(w)
         self._cache: dict = {}

@@ -165,7 +165,8 @@ def prepare(model_path, model_name: str | None, cfg: FitConfig, consts: Mapping[
                     loss="mse" if cfg.loss in ("huber", "soft-l1") else cfg.loss,  # robust: IRLS weights (fit.robust)
                     threads=cfg.threads, project=cfg.project, variable_step=not data.uniform,
                     weights=noise_weights(cfg.noise, data.observed), step_options=step_options(cfg),
-                    dtype=cfg.dtype, device=cfg.device, dropout=_dropout(cfg, compiled.system))
+                    dtype=cfg.dtype, device=cfg.device, dropout=_dropout(cfg, compiled.system),
+                    switches=cfg.switches)
     loss = make_loss(num, layout, spec, data.observed, cfg)  # CasADi or torch backend (cfg.backend)
     loss = regularize.wrap_loss(loss, cfg, m, num, layout, train)  # equilibrium / sparsity terms, when set
     return FitRun(str(model_path), m, num, layout, cfg, data, train, val, loss, p_start, spec, stages, substeps_note,
@@ -868,7 +869,23 @@ def _banner(run: FitRun, n_train: int, n_val: int, epoch: int, segments=None) ->
             + (f"\n  {run.substeps_note}" if run.substeps_note else "")
             + (f"\n  events located inside the {c.integrator} steps (at most one per step): "
                + ", ".join(f"`{label}`" for label in run.num.hybrid.labels)
-               if getattr(run.num, "hybrid", None) is not None and run.num.hybrid.conditions else ""))
+               if getattr(run.num, "hybrid", None) is not None and run.num.hybrid.conditions else "")
+            + _switches_line(run))
+
+
+def _switches_line(run: FitRun) -> str:
+    """What the fit does at the switching surfaces of the dynamics (LANGUAGE.md §11)."""
+    hy = getattr(run.num, "hybrid", None)
+    sw = hy.switches if hy is not None else None
+    if sw is None or not sw.n:
+        return ""
+    names = ", ".join(f"`{text}`" for text in sw.texts[:4]) + (" ..." if sw.n > 4 else "")
+    if hy.conditions:
+        return f"\n  note: the switching surfaces {names} are stepped through (the steps locate the events)"
+    if run.cfg.switches == "locate":
+        return f"\n  switching surfaces located inside the {run.cfg.integrator} steps (Filippov sliding): {names}"
+    return (f"\n  note: the {run.cfg.integrator} steps step through the switching surfaces {names}; "
+            "--switches locate locates them (gradients with the switching-time term)")
 
 
 def _summary(run: FitRun, result: Result, elapsed: float) -> dict:

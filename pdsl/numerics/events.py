@@ -28,7 +28,7 @@ import casadi as ca
 
 from .fixed_step import make_step, rhs_dims
 
-__all__ = ["StepEvents", "make_event_step"]
+__all__ = ["StepEvents", "StepSwitches", "make_event_step", "make_switch_step"]
 
 _NEVER = 2.0  # the θ of a condition that does not become true in the step
 
@@ -72,6 +72,35 @@ def _hermite(theta, x0, x1, hf0, hf1):
     return X, dX
 
 
+def _locate(dg, k, g0k, g1k, t, h, q, x0, x1, hf0, hf1):
+    """θ ∈ [0, 1] where indicator k (``dg(t, x, q) -> (g, g_x, g_t)``) crosses zero on the step's Hermite
+    interpolant: the secant, then ONE Newton step (so θ is a smooth function of the step's data)."""
+    d = g0k - g1k
+    th = ca.fmin(ca.fmax(g0k / ca.if_else(d != 0, d, 1.0), 0.0), 1.0)  # the secant
+    X, dX = _hermite(th, x0, x1, hf0, hf1)
+    gk, gx, gt = dg(t + th * h, X, q)
+    slope = ca.mtimes(gx[k, :], dX) + h * gt[k]
+    return ca.fmin(ca.fmax(th - gk[k] / ca.if_else(slope != 0, slope, 1.0), 0.0), 1.0)  # one Newton step
+
+
+def _indicator_derivatives(fn: ca.Function, name: str, nx: int, nq: int) -> ca.Function:
+    """``(t, x, q) -> (g, g_x, g_t)`` of the indicators ``fn(t, x, q) -> g``."""
+    sym = ca.SX.sym if fn.is_a("SXFunction") else ca.MX.sym
+    ta, xa, qa = sym("t"), sym("x", nx), sym("q", nq)
+    ga = fn(ta, xa, qa)
+    return ca.Function(name, [ta, xa, qa], [ga, ca.jacobian(ga, xa), ca.jacobian(ga, ta)])
+
+
+def _rest_step(f, method: str, nx: int, nq: int, extra: int, **step_options) -> ca.Function:
+    """One unit step of f(t, x, q) rescaled to the rest of a step: ``rest(0, x, [q; t0; hr])`` integrates
+    f from t0 over hr. ``extra`` further entries of q after t0, hr are passed on to f (a mode vector)."""
+    fsym = ca.SX.sym if f.is_a("SXFunction") else ca.MX.sym
+    s, xs, qe = fsym("s"), fsym("x", nx), fsym("qe", nq + 2 + extra)
+    args = [qe[nq] + s * qe[nq + 1], xs, qe[:nq]] + ([qe[nq + 2:]] if extra else [])
+    fs = ca.Function("f_rest", [s, xs, qe], [qe[nq + 1] * f(*args)])
+    return make_step(fs, method, 1.0, **step_options)
+
+
 def make_event_step(f: ca.Function, method: str, h: float, events: StepEvents, **step_options) -> ca.Function:
     """``step(t, x, q) -> x_next``: one step of ``method`` (size ``h``) of f(t, x, q) with the events located in it
     (module docstring). Without events it is :func:`pdsl.numerics.make_step`."""
@@ -83,18 +112,11 @@ def make_event_step(f: ca.Function, method: str, h: float, events: StepEvents, *
     resets = [r for r in events.resets if r is not None]
     sx = all(fn.is_a("SXFunction") for fn in [f, full, events.atoms] + [fn for _, fn in resets])
     sym = ca.SX.sym if sx else ca.MX.sym
-    fsym = ca.SX.sym if f.is_a("SXFunction") else ca.MX.sym
     # the rest of a step: f rescaled to a unit step from t0 of length hr (q extended by t0, hr)
-    s, xs, qe = fsym("s"), fsym("x", nx), fsym("qe", nq + 2)
-    fs = ca.Function("f_rest", [s, xs, qe], [qe[nq + 1] * f(qe[nq] + s * qe[nq + 1], xs, qe[:nq])])
-    rest = make_step(fs, method, 1.0, **step_options)
+    rest = _rest_step(f, method, nx, nq, 0, **step_options)
     if not rest.is_a("SXFunction"):
         sym = ca.MX.sym
-    # the atoms with their derivatives in x and t
-    asym = ca.SX.sym if events.atoms.is_a("SXFunction") else ca.MX.sym
-    ta, xa, qa = asym("t"), asym("x", nx), asym("q", nq)
-    ga = events.atoms(ta, xa, qa)
-    dg = ca.Function("atoms_dg", [ta, xa, qa], [ga, ca.jacobian(ga, xa), ca.jacobian(ga, ta)])
+    dg = _indicator_derivatives(events.atoms, "atoms_dg", nx, nq)  # the atoms with their derivatives in x and t
 
     t, x0, q = sym("t"), sym("x", nx), sym("q", nq)
     x1 = full(t, x0, q)
@@ -104,12 +126,7 @@ def make_event_step(f: ca.Function, method: str, h: float, events: StepEvents, *
 
     theta_atom = []
     for k in range(na):
-        d = g0[k] - g1[k]
-        th = ca.fmin(ca.fmax(g0[k] / ca.if_else(d != 0, d, 1.0), 0.0), 1.0)  # the secant
-        X, dX = _hermite(th, x0, x1, hf0, hf1)
-        gk, gx, gt = dg(t + th * h, X, q)
-        slope = ca.mtimes(gx[k, :], dX) + h * gt[k]
-        th = ca.fmin(ca.fmax(th - gk[k] / ca.if_else(slope != 0, slope, 1.0), 0.0), 1.0)  # one Newton step
+        th = _locate(dg, k, g0[k], g1[k], t, h, q, x0, x1, hf0, hf1)
         # when the atom becomes true: θ if it turned true in the step, 0 if true throughout, never if false at the end
         theta_atom.append(ca.if_else(true1[k], ca.if_else(true0[k], 0.0, th), _NEVER))
 
@@ -150,3 +167,96 @@ def make_event_step(f: ca.Function, method: str, h: float, events: StepEvents, *
     for j in reversed(range(len(events.conditions))):
         x_next = ca.if_else(ca.logic_and(fire[j], theta[j] <= first), rest_of_step(j), x_next)
     return ca.Function(f"{method}_event_step", [t, x0, q], [x_next], ["t", "x", "q"], ["x_next"])
+
+
+# ---------------------------------------------------------------- switching surfaces (no reset, a mode change)
+@dataclass(frozen=True)
+class StepSwitches:
+    """The switching surfaces of f (pdsl.backend.switching) in the time variable of the step: ``f_modes(t, x, q, m)``
+    is f with the modes frozen at m; ``indicators(t, x, q) -> s``; ``kinds[k]`` "if" (mode 1 where s_k < 0, or
+    ≤ 0 when not strict, else 0), "sign" (mode sign(s_k), +1 at s_k = 0) or "kink" (no mode: located only);
+    ``slide[k](t, x, q, m)`` the Filippov field on surface k (None for a kink); ``rate(t, x, q, m) -> ṡ``."""
+
+    f_modes: ca.Function
+    indicators: ca.Function
+    kinds: tuple[str, ...]
+    strict: tuple[bool, ...]
+    slide: tuple
+    rate: ca.Function
+
+
+_BELOW = {"if": 1.0, "sign": -1.0}
+_ABOVE = {"if": 0.0, "sign": 1.0}
+
+
+def _mode_of(kind: str, strict: bool, s):
+    """The mode on the side of surface s where the state is."""
+    if kind == "if":
+        return ca.if_else(s < 0 if strict else s <= 0, 1.0, 0.0)
+    return ca.if_else(s < 0, -1.0, 1.0)
+
+
+def make_switch_step(sw: StepSwitches, method: str, h: float, **step_options) -> ca.Function:
+    """``step(t, x, q) -> x_next``: one step of ``method`` (size ``h``) of a right-hand side with switching surfaces,
+    the first surface crossed in the step located (LANGUAGE.md §11, "Sensitivities and fitting through events"):
+
+    1. the modes are read from the side of each surface the step starts on, and the step is taken with them frozen;
+    2. each surface whose side changed (a kink: whose s changed sign) is located on the step's Hermite interpolant
+       (secant and one Newton step, as for an event), the earliest taken;
+    3. from τ, the rest of the step is integrated with that surface's mode flipped — or, where the field points into
+       the surface from both sides (ṡ⁻ > 0 > ṡ⁺, Coulomb sticking), with the Filippov sliding field.
+
+    A state on the surface (sliding) crosses it at θ = 0 of the next step and slides on; a sliding phase ends where
+    the field stops pointing into it from one side (the next step's crossing is then transversal). The jump of the
+    sensitivities, s⁺ = s⁻ + (f⁻ − f⁺)·dτ/dp, is what AD of this graph gives: τ is a smooth function of the step's
+    data and each branch is smooth. One surface per step is located; a second crossing in the rest of the step is
+    stepped through."""
+    f = sw.f_modes
+    if f.n_in() != 4:
+        raise ValueError("f_modes must map (t, x, q, m) to xdot")
+    nx, nq, n = f.sparsity_in(1).numel(), f.sparsity_in(2).numel(), f.sparsity_in(3).numel()
+    if not n:
+        raise ValueError("no switching surfaces: use make_step")
+    fsym = ca.SX.sym if f.is_a("SXFunction") else ca.MX.sym
+    tq, xq, qm = fsym("t"), fsym("x", nx), fsym("qm", nq + n)
+    f_qm = ca.Function("f_qm", [tq, xq, qm], [f(tq, xq, qm[:nq], qm[nq:])])  # the modes appended to q
+    full = make_step(f_qm, method, h, **step_options)
+    rest = _rest_step(f, method, nx, nq, n, **step_options)
+    slides = [None if fn is None else _rest_step(fn, method, nx, nq, n, **step_options) for fn in sw.slide]
+    graphs = [f, full, rest, sw.indicators, sw.rate] + [fn for fn in slides if fn is not None]
+    sym = ca.SX.sym if all(g.is_a("SXFunction") for g in graphs) else ca.MX.sym
+    ds = _indicator_derivatives(sw.indicators, "switches_ds", nx, nq)
+
+    t, x0, q = sym("t"), sym("x", nx), sym("q", nq)
+    s0 = sw.indicators(t, x0, q)
+    m0 = ca.vertcat(*[0.0 if kind == "kink" else _mode_of(kind, sw.strict[k], s0[k]) for k, kind in enumerate(sw.kinds)])
+    x1 = full(t, x0, ca.vertcat(q, m0))
+    hf0, hf1 = h * f(t, x0, q, m0), h * f(t + h, x1, q, m0)
+    s1 = sw.indicators(t + h, x1, q)
+    theta = []
+    for k, kind in enumerate(sw.kinds):
+        crossed = s0[k] * s1[k] < 0 if kind == "kink" else _mode_of(kind, sw.strict[k], s1[k]) != m0[k]
+        theta.append(ca.if_else(crossed, _locate(ds, k, s0[k], s1[k], t, h, q, x0, x1, hf0, hf1), _NEVER))
+    first = theta[0]
+    for th in theta[1:]:
+        first = ca.fmin(first, th)
+
+    def rest_of_step(j):
+        th = ca.fmin(theta[j], 1.0)
+        X, _ = _hermite(th, x0, x1, hf0, hf1)
+        tau = t + th * h
+        kind = sw.kinds[j]
+        if kind == "kink":  # no mode: the step is split at the kink for accuracy
+            return rest(0.0, X, ca.vertcat(q, tau, (1.0 - th) * h, m0))
+        m1 = ca.vertcat(*[(_BELOW[kind] + _ABOVE[kind]) - m0[i] if i == j else m0[i] for i in range(n)])
+        qe = ca.vertcat(q, tau, (1.0 - th) * h, m1)
+        crossing = rest(0.0, X, qe)
+        below = ca.vertcat(*[_BELOW[kind] if i == j else m0[i] for i in range(n)])
+        above = ca.vertcat(*[_ABOVE[kind] if i == j else m0[i] for i in range(n)])
+        into = ca.logic_and(sw.rate(tau, X, q, below)[j] > 0, sw.rate(tau, X, q, above)[j] < 0)
+        return ca.if_else(into, slides[j](0.0, X, qe), crossing)
+
+    x_next = x1
+    for j in reversed(range(n)):
+        x_next = ca.if_else(ca.logic_and(theta[j] <= 1.0, theta[j] <= first), rest_of_step(j), x_next)
+    return ca.Function(f"{method}_switch_step", [t, x0, q], [x_next], ["t", "x", "q"], ["x_next"])

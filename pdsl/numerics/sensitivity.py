@@ -172,10 +172,38 @@ def make_loss_grad(
     return _loss_grad_function(x0, p, target, L, grad[:nx], grad[nx:])
 
 
-def loss_and_grad(f: ca.Function, x0, p, t_grid, target, *, method: str = "cvodes", mode: str = "adjoint", loss: str = "sse", **options) -> LossGrad:
-    """Evaluate the loss and its gradients for one trajectory (see ``make_loss_grad``)."""
+def loss_and_grad(f: ca.Function, x0, p, t_grid, target, *, method: str = "cvodes", mode: str = "adjoint", loss: str = "sse",
+                  events=None, switches=None, **options) -> LossGrad:
+    """Evaluate the loss and its gradients for one trajectory (see ``make_loss_grad``).
+
+    With ``events`` (:class:`pdsl.numerics.events.StepEvents`) or ``switches`` (``StepSwitches``; then f may be None):
+    CVODES forward sensitivities through them by the jump formula (:mod:`pdsl.numerics.event_sensitivity`;
+    ``method="cvodes"``, ``mode="forward"``; ``options``: rtol, atol, substeps)."""
+    if events is not None or switches is not None:
+        if method != "cvodes" or mode != "forward":
+            raise ValueError("through events and switches the gradient is CVODES forward sensitivities: "
+                             "method='cvodes', mode='forward'")
+        return _event_loss_and_grad(f, x0, p, t_grid, target, loss, events, switches, options)
     L, gx0, gp = make_loss_grad(f, t_grid, method=method, mode=mode, loss=loss, **options)(x0, p, target)
     return LossGrad(loss=float(L), grad_x0=np.asarray(gx0).ravel(), grad_p=np.asarray(gp).ravel())
+
+
+def _event_loss_and_grad(f, x0, p, t_grid, target, loss, events, switches, options) -> LossGrad:
+    from .event_sensitivity import event_sensitivities
+
+    if loss not in LOSSES:
+        raise ValueError(f"unknown loss {loss!r}; expected one of {', '.join(LOSSES)}")
+    run = event_sensitivities(f, t_grid, x0, p, events=events, switches=switches, **options)
+    target = np.asarray(target, dtype=float)
+    R = run.X.T - target[:, : run.X.shape[0]]  # nx x M (a terminating event: the samples up to it)
+    if loss == "l1":
+        L, dL = np.abs(R).sum(), np.sign(R)
+    else:
+        c = 1.0 / R.size if loss == "mse" else 1.0
+        L, dL = c * (R * R).sum(), 2.0 * c * R
+    g = np.einsum("im,mij->j", dL, run.S)
+    nx = run.X.shape[1]
+    return LossGrad(loss=float(L), grad_x0=g[:nx], grad_p=g[nx:])
 
 
 def make_batched_loss_grad(f: ca.Function, t_grid, n_batch: int, *, n_threads: int = 1, **options) -> ca.Function:
