@@ -120,7 +120,8 @@ def add_parsers(sub, common) -> None:
     g.add_argument("--momentum-weight", type=finite_float, metavar="W",
                    help="add W·(the teacher-forced one-step momentum loss of the rolling-disk paper, Eq. 18) for a model "
                         "with a group and a learned connection")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bar (bars are drawn only on a terminal; pdsl -q also drops the summary)")
     p.add_argument("--no-plots", action="store_true", help="do not draw loss.png and validation.png (matplotlib is then "
                    "not imported; the report, history and parameters are written as always)")
     p.add_argument("--track", metavar="TRACKER", help="also log the per-epoch history: tensorboard:DIR, mlflow, or "
@@ -238,7 +239,8 @@ def cmd_fit(args) -> int:
 
         check_target(args.track)
     summary = run_fit(args.file, args.model, cfg, args.output, resume=args.resume, consts=_consts(args.const),
-                      stop_after=args.stop_after, progress=not args.quiet)
+                      stop_after=args.stop_after,
+                      progress=not (args.quiet or getattr(args, "summary_quiet", False)))  # fit --quiet, or pdsl -q
     _print_summary(summary, args.output)
     if args.track:
         from dataclasses import asdict

@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
                  epilog="exit codes: 0 ok, 2 user error (model, data or option), 1 internal error")
     ap.add_argument("--debug", action="store_true", help="show Python tracebacks for internal errors")
     ap.add_argument("-V", "--version", action="store_true", help="print the version and exit")
-    ap.add_argument("-q", "--quiet", dest="summary_quiet", action="store_true", help="no summary on standard output (errors still go to standard error)")
+    ap.add_argument("-q", "--quiet", dest="summary_quiet", action="store_true", help="no summary on standard output and no progress bars (errors still go to standard error)")
     ap.add_argument("-v", "--verbose", action="count", default=0,
                     help="more output: the elapsed time on standard error; -vv also tracebacks of internal errors and what "
                          "the numerical solvers (CasADi, SUNDIALS, IPOPT) print")
@@ -137,9 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=integer, default=0, help="seed of --random-init")
     p.add_argument("--threads", type=integer, default=2, help="threads for --random-init")
     p.add_argument("--formulation", choices=formulations, default="hamiltonian", help="Cartesian mechanics: Eq. 6 or Eq. 7")
-    p.add_argument("-o", "--output", required=True, metavar="OUT",
+    p.add_argument("-o", "--output", metavar="OUT",
                    help="trajectory table; the format by extension: .csv, .parquet, .h5, .mat (docs/interop.md); "
-                        "- writes CSV to standard output (the summary then goes to standard error)")
+                        "- writes CSV to standard output (the summary then goes to standard error); not needed with "
+                        "--plot or --animate alone")
     p.add_argument("--columns", metavar="NAMES",
                    help="comma-separated columns to write, in this order (t, and traj with --random-init, are kept)")
     p.add_argument("--noise", type=finite_float, metavar="SIGMA",
@@ -238,7 +239,7 @@ def cmd_check(args) -> int:
                 raise PdslError.at("EmptyFile", f"{path} defines no model",
                                    hint="a file holds `model Name ... end` blocks")
         except PdslError as err:
-            print(render(err.diagnostics, color=sys.stderr.isatty()), file=sys.stderr)
+            print(render(err.diagnostics, color=_color()), file=sys.stderr)
             failed.append(path)
             continue
         lowered = True
@@ -246,7 +247,7 @@ def cmd_check(args) -> int:
             try:  # the structural checks of lowering: a model `check` accepts, `show`/`simulate` accept too
                 lower(m)
             except PdslError as err:
-                print(render(err.diagnostics, color=sys.stderr.isatty()), file=sys.stderr)
+                print(render(err.diagnostics, color=_color()), file=sys.stderr)
                 lowered = False
                 continue
             counts = []
@@ -282,7 +283,7 @@ def cmd_show(args) -> int:
 
     warnings = double_bonds(m)
     if warnings:
-        print(render(warnings, color=sys.stderr.isatty()), file=sys.stderr)
+        print(render(warnings, color=_color()), file=sys.stderr)
     sys.stdout.write(render_system(system, args.format, simplify=not args.raw))
     if any(c.kind == "velocity" for c in m.constraints):
         _show_integrability(m)
@@ -360,6 +361,15 @@ def cmd_simulate(args) -> int:
         time_grid,
     )
 
+    if args.output is None:  # a plot or an animation alone is a complete run; nothing at all is not
+        if not (args.plot or getattr(args, "animate", None)):
+            raise PdslError.at("BadOption", "simulate writes nothing: give -o OUT (the table), --plot OUT.png or "
+                               "--animate OUT.gif", hint="e.g. -o run.csv, or --plot run.png")
+        for flag, given in (("--random-init", args.random_init is not None), ("--init-data", args.init_data is not None),
+                            ("--columns", args.columns), ("--noise", args.noise is not None)):
+            if given:
+                raise PdslError.at("BadOption", f"{flag} needs -o OUT: it shapes the table simulate writes",
+                                   hint="add -o run.csv")
     if args.dt is None:
         args.dt = args.t_end / DEFAULT_INTERVALS
     grid = time_grid(args.t_end, args.dt)
@@ -423,7 +433,8 @@ def cmd_simulate(args) -> int:
     grid = res.t
     events = res.info.get("events")
     how = f"rtol {args.rtol:g}" if "rtol" in res.info else f"h = {args.dt / args.substeps:g}"
-    print(f"{m.name}: {len(grid)} samples, t = 0 … {grid[-1]:g}, {res.info['integrator']} {how} -> {args.output}")
+    print(f"{m.name}: {len(grid)} samples, t = 0 … {grid[-1]:g}, {res.info['integrator']} {how}"
+          + (f" -> {args.output}" if args.output else ""))
     if res.info.get("switches"):
         _print_switches(args, res.info["switches"])
     if events is not None:
@@ -462,8 +473,11 @@ def cmd_simulate(args) -> int:
 
 
 def _write_simulation(args, res) -> None:
-    """The trajectory table (and, for a model with events, OUT.events.csv beside it)."""
+    """The trajectory table (and, for a model with events, OUT.events.csv beside it); nothing without -o."""
     from ..data.csvio import write_table
+
+    if args.output is None:
+        return
 
     names, data = res.columns()
     if args.columns:
@@ -922,7 +936,7 @@ def _main(argv: list[str] | None) -> int:
     except PdslError as err:
         if _Sigint.seen:  # a Ctrl-C that a solver turned into a failure (CVODES: "rhs failed: KeyboardInterrupt")
             return _interrupted()
-        print(render(err.diagnostics, color=sys.stderr.isatty()), file=sys.stderr)
+        print(render(err.diagnostics, color=_color()), file=sys.stderr)
         _solver_note()
         return EXIT_USER
     except KeyboardInterrupt:
@@ -942,6 +956,13 @@ def _main(argv: list[str] | None) -> int:
             print(f"internal error: {type(exc).__name__}: {exc}\n(this is a bug in pdsl; run with --debug for the traceback)", file=sys.stderr)
         _solver_note()
         return EXIT_INTERNAL
+
+
+def _color() -> bool:
+    """Colour in diagnostics: on a terminal, unless NO_COLOR is set (pdsl.terminal)."""
+    from ..terminal import color
+
+    return color(sys.stderr)
 
 
 def _solver_note() -> None:

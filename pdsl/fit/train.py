@@ -64,10 +64,16 @@ Callback = Callable[[State], None]
 
 
 def _bar(opts: TrainOptions, state: State, label: str):
+    """The epoch bar on standard error: only where it can be redrawn (a terminal or a notebook; pdsl.terminal),
+    never as carriage-return frames in a log file."""
+    import sys
+
     from tqdm import tqdm
 
-    return tqdm(total=opts.epochs, initial=state.epoch, desc=label, unit="epoch", disable=not opts.progress,
-                dynamic_ncols=True, leave=True)
+    from ..terminal import progress
+
+    return tqdm(total=opts.epochs, initial=state.epoch, desc=label, unit="epoch", file=sys.stderr,
+                disable=not (opts.progress and progress(sys.stderr)), dynamic_ncols=True, leave=True)
 
 
 def _record(state: State, train: float, val: float, lr: float, seconds: float) -> None:
