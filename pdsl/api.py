@@ -207,6 +207,27 @@ class Model:
                        integrator=integrator, substeps=substeps)
         return SimulationRun(self, res)
 
+    # ---- linearize
+    def linearize(self, at: Mapping[str, Any] | None = None, inputs: Mapping[str, Any] | None = None, *,
+                  trim: bool = False, open_loop: bool = False, params: Mapping[str, float] | None = None):
+        """State-space matrices about an operating point (``pdsl linearize``, LANGUAGE.md §12).
+
+        ``at``: state values (``{"theta": "pi"}``: a number, or text — a constant expression of the parameters);
+        ``inputs``: exogenous input values (default 0); what is not given comes from the start values, or with
+        ``trim`` from a steady-state solve; ``open_loop`` frees the inputs that have a feedback law; ``params``:
+        parameter values. Returns a :class:`pdsl.linearize.Linearization` (``A``, ``B``, ``C``, ``D``,
+        ``eigenvalues``, ``natural_frequency``, ``damping``, the ranks, ``point``; ``symbolic()``,
+        ``to_control()``, ``to_dict()``). A point that is not an equilibrium gives a ``UserWarning``."""
+        import warnings
+
+        from .linearize.output import residual_text
+        from .linearize.run import linearize_numeric
+
+        lin = linearize_numeric(self.numeric, at=at, inputs=inputs, params=params, trim=trim, open_loop=open_loop)
+        if not lin.is_equilibrium:
+            warnings.warn(f"{self.name}: the operating point is not an equilibrium: {residual_text(lin)}", stacklevel=2)
+        return lin
+
     # ---- fit and evaluate
     def fit(self, data, free=(), *, map: Mapping[str, str] | None = None, inputs: Mapping[str, Any] | None = None,
             noise: Mapping[str, float] | None = None, params: Mapping[str, float] | None = None,

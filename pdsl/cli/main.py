@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .choices import FORMULATIONS, INTEGRATORS, STABILIZERS, TARGETS
 
     ap = _Parser(prog="pdsl", description="Declarative physical models: check, show, simulate, compile, fit, "
-                 "evaluate, sweep. `pdsl COMMAND --help` describes a command.",
+                 "evaluate, sweep, linearize. `pdsl COMMAND --help` describes a command.",
                  epilog="exit codes: 0 ok, 2 user error (model, data or option), 1 internal error")
     ap.add_argument("--debug", action="store_true", help="show Python tracebacks for internal errors")
     ap.add_argument("-V", "--version", action="store_true", help="print the version and exit")
@@ -169,6 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
     from . import sweep_cmd
 
     sweep_cmd.add_parser(sub, _common)
+    from . import linearize_cmd
+
+    linearize_cmd.add_parser(sub, _common)
     p = sub.add_parser("completion", help="print a shell completion script (bash, zsh or fish)")
     p.add_argument("shell", choices=("bash", "zsh", "fish"), help="eval \"$(pdsl completion bash)\" in ~/.bashrc")
     for action in sub._choices_actions:  # `pdsl COMMAND --help` starts with what `pdsl --help` says of it
@@ -789,6 +792,12 @@ def cmd_sweep(args) -> int:
     return sweep_cmd.cmd_sweep(args)
 
 
+def cmd_linearize(args) -> int:
+    from . import linearize_cmd
+
+    return linearize_cmd.cmd_linearize(args)
+
+
 def cmd_completion(args) -> int:
     from .completion import script
 
@@ -798,7 +807,8 @@ def cmd_completion(args) -> int:
 
 COMMANDS = {
     "check": cmd_check, "show": cmd_show, "simulate": cmd_simulate, "compile": cmd_compile,
-    "fit": cmd_fit, "evaluate": cmd_evaluate, "sweep": cmd_sweep, "completion": cmd_completion,
+    "fit": cmd_fit, "evaluate": cmd_evaluate, "sweep": cmd_sweep, "linearize": cmd_linearize,
+    "completion": cmd_completion,
 }
 
 
