@@ -524,7 +524,12 @@ class FitResult:
     def _repr_markdown_(self) -> str:
         rows = ["| parameter | fitted | std. error |", "|---|---|---|"]
         rows += [f"| `{n}` | {v:.8g} | {'–' if se is None else f'{se:.2g}'} |" for n, v, se in self._rows()]
-        notes = "".join(f"\n- {n}" for n in self.notes)
+        notes = "".join(f"\n- {_md_text(n)}" for n in self.notes)
         return (f"**{self.summary['model']}**: {'converged' if self.summary['converged'] else 'not converged'} after "
                 f"{self.summary['epochs']} epochs; training loss {self.summary['train_loss']:.4g}\n\n" + "\n".join(rows)
                 + (f"\n\n**What the data determine:**{notes}" if notes else "") + f"\n\nOutputs: `{self.out_dir}`")
+
+
+def _md_text(text: str) -> str:
+    """Prose for a markdown cell: ``*`` and ``_`` of parameter combinations (``m1*l1``) kept, not emphasis."""
+    return text.replace("\\", "\\\\").replace("*", "\\*").replace("_", "\\_")

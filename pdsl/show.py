@@ -197,13 +197,19 @@ class _Printer:
         self.latex_names = {s: _latex_name(rate_name(s) if s in self.rename else s.name) for s in syms}
 
     def expr(self, e: sp.Expr) -> str:
-        if self.fmt == "latex":
+        if self.fmt in ("latex", "markdown"):  # markdown carries LaTeX math ($…$, $$…$$): Jupyter renders it
             return sp.latex(e, symbol_names=self.latex_names)
         return to_text(e.xreplace(self.rename))  # sstr, with `if c then a else b` for conditionals
 
+    def inline(self, e) -> str:
+        """An expression inside a line of text: ``$…$`` math in markdown."""
+        return f"${self.expr(e)}$" if self.fmt == "markdown" else self.expr(e)
+
+    def name(self, text: str) -> str:
+        """A quantity's name in a line of text: code in markdown (``tau_smooth``, ``b[1].x`` stay as written)."""
+        return f"`{text}`" if self.fmt == "markdown" else text
+
     def eq(self, lhs, rhs) -> str:
-        if self.fmt == "latex":
-            return f"{self.expr(lhs)} = {self.expr(rhs)}"
         return f"{self.expr(lhs)} = {self.expr(rhs)}"
 
 
@@ -253,21 +259,23 @@ def _render(system: SymbolicSystem, fmt: str, simplify: bool) -> str:
 
     def u(name: str) -> str:  # ` [kg]` after a quantity with a unit (nothing for a model without units)
         unit = system.unit_of(name) if system.units else None
-        return f" [{unit}]" if unit else ""
+        if not unit:
+            return ""
+        return f" [`{unit}`]" if md else f" [{unit}]"  # `N*m*s` is no emphasis in markdown
 
     title = f"model {system.name}" + (f" — {system.doc}" if system.doc else "")
-    out.append(f"# {title}" if md else (f"% {title}" if tex else title))
+    out.append(f"# {_md_text(title)}" if md else (f"% {title}" if tex else title))
     item(f"formalism: {system.formalism}; {len(system.states)} states, {len(system.algebraics)} algebraic, "
          f"{len(system.multipliers)} multipliers, {len(system.params)} parameters")
     if system.bodies:
         _bodies(system, pr, h, item)
     h("States")
     for s in system.states:
-        item(f"{s.name}{u(s.name)}" + (f" (start {s.start:g})" if s.start is not None else "") + f"    [{s.span}{s.span.chain}]")
+        item(f"{pr.name(s.name)}{u(s.name)}" + (f" (start {s.start:g})" if s.start is not None else "") + f"    [{s.span}{s.span.chain}]")
     if system.algebraics:
         h("Algebraic variables")
         for a in system.algebraics:
-            item(f"{a.name}{u(a.name)}    [{a.span}{a.span.chain}]")
+            item(f"{pr.name(a.name)}{u(a.name)}    [{a.span}{a.span.chain}]")
     if system.params:
         h("Parameters")
         for p in system.params:
@@ -277,19 +285,24 @@ def _render(system: SymbolicSystem, fmt: str, simplify: bool) -> str:
             if p.upper is not None:
                 bounds.append(f"≤ {p.upper:g}")
             flag = " free" if p.free else ""
-            item(f"{p.name} = {p.default:g}{u(p.name)}{flag}{(' ' + ', '.join(bounds)) if bounds else ''}")
+            item(f"{pr.name(p.name)} = {p.default:g}{u(p.name)}{flag}{(' ' + ', '.join(bounds)) if bounds else ''}")
     if system.inputs:
         h("Inputs")
         for v in system.inputs:
-            item(f"{v.name}{u(v.name)} = {pr.expr(v.law)}  (feedback law)" if v.law is not None else f"{v.name}{u(v.name)}  (exogenous)")
+            if v.law is None:
+                item(f"{pr.name(v.name)}{u(v.name)}  (exogenous)")
+            else:
+                item(f"{pr.name(v.name)}{u(v.name)}: ${_latex_name(v.name)} = {pr.expr(v.law)}$  (feedback law)" if md
+                     else f"{v.name}{u(v.name)} = {pr.expr(v.law)}  (feedback law)")
     if system.outputs:
         h("Outputs")
         for o in system.outputs:
-            item(f"{o.name}{u(o.name)} = {pr.expr(o.expr)}")
+            item(f"{o.name}{u(o.name)} = {pr.expr(o.expr)}" if not md else
+                 f"{pr.name(o.name)}{u(o.name)}: ${_latex_name(o.name)} = {pr.expr(o.expr)}$")
     if system.neural:
         h("Neural components")
         for n in system.neural:
-            item(f"{n.name}: {n.arch} {n.n_in if n.n_in is not None else '?'} -> {' -> '.join(map(str, n.hidden))} -> {n.n_out}, act {n.act}"
+            item(f"{pr.name(n.name)}: {n.arch} {n.n_in if n.n_in is not None else '?'} -> {' -> '.join(map(str, n.hidden))} -> {n.n_out}, act {n.act}"
                  + (f", init {n.init}" if n.init != "uniform" else ""))
     if system.energy is not None:
         h("Energy")
@@ -297,7 +310,7 @@ def _render(system: SymbolicSystem, fmt: str, simplify: bool) -> str:
     h("Equations" + (" (linear in the derivatives and multipliers; solved numerically)" if not system.is_explicit() else ""))
     trivial = [eq for eq in system.differential if _is_rate_identity(eq)]
     if trivial:
-        item(f"kinematics: the rates {', '.join(eq.rhs.name for eq in trivial)} are states themselves")
+        item(f"kinematics: the rates {', '.join(pr.name(eq.rhs.name) for eq in trivial)} are states themselves")
     for eq in system.differential:
         if eq in trivial:
             continue
@@ -312,8 +325,12 @@ def _render(system: SymbolicSystem, fmt: str, simplify: bool) -> str:
     if system.events:  # state events (LANGUAGE.md §11): fire when the condition goes from false to true
         h("Events (fire when the condition becomes true; values read before the event)")
         for ev in system.events:
-            acts = [f"reinit({r.target}, {pr.expr(r.value)})" for r in ev.resets] + (["terminate"] if ev.terminate else [])
-            item(f"when {pr.expr(ev.condition)} then {', '.join(acts)}    [{ev.span}{ev.span.chain}]")
+            if md:  # v ← −e·v: the value read before the event
+                acts = [f"${_latex_name(r.target)} \\leftarrow {pr.expr(r.value)}$" for r in ev.resets]
+            else:
+                acts = [f"reinit({r.target}, {pr.expr(r.value)})" for r in ev.resets]
+            acts += ["terminate"] if ev.terminate else []
+            item(f"when {pr.inline(ev.condition)} then {', '.join(acts)}    [{ev.span}{ev.span.chain}]")
         if system.kinetic and any(k.residual.free_symbols & {s.symbol for s in system.states if s.name in system.kinetic}
                                   for k in system.invariants):
             item("a reset of a velocity or momentum is an impulse through the velocity constraints")
@@ -321,9 +338,9 @@ def _render(system: SymbolicSystem, fmt: str, simplify: bool) -> str:
         h(section.title)
         for it in section.items:
             value = it.value if isinstance(it.value, sp.MatrixBase) else tidy(it.value)
-            item(f"{it.label} = {pr.expr(value)}")
+            item(f"{it.label} = {pr.inline(value)}" if not md else f"{_md_text(it.label)}: {pr.inline(value)}")
         if section.note:
-            item(f"({section.note})")
+            item(f"({_md_text(section.note) if md else section.note})")
     return "\n".join(out).lstrip("\n") + "\n"
 
 
@@ -355,22 +372,32 @@ def _block(body: str, fmt: str, prefix: str, origin, label: str = "") -> str:
     note = f"{label}, " if label else ""
     if fmt == "latex":
         return f"\\begin{{equation}} {prefix.replace('E = ', 'E = ')}{body} \\end{{equation}} % {note}{where}"
-    if fmt == "markdown":
-        return f"- `{prefix}{body}`  ({note}line {origin.line})" if origin else f"- `{prefix}{body}`"
+    if fmt == "markdown":  # display math, then where it came from (Jupyter and nbconvert render $$…$$)
+        return f"\n$${prefix}{body}$$\n({_md_text(note)}line {origin.line})" if origin else f"\n$${prefix}{body}$$"
     return f"  {prefix}{body}\n      ({note}{where})"
+
+
+def _md_text(text: str) -> str:
+    """Prose for markdown: ``*`` and ``_`` kept as characters, not emphasis."""
+    return text.replace("\\", "\\\\").replace("*", "\\*").replace("_", "\\_")
 
 
 def _bodies(system, pr, h, item) -> None:
     """Bodies, their node layout and mass-matrix blocks (Eq. 9), and the degrees of freedom."""
     h("Bodies")
     for b in system.bodies:
-        kind = b.kind if b.kind == "point mass" else f"{b.kind}, moments {', '.join(pr.expr(m) for m in b.moments)}"
-        item(f"{b.name}: {kind}, mass {pr.expr(b.mass)}; nodes {', '.join(b.nodes)}    [{b.span}{b.span.chain}]")
+        kind = b.kind if b.kind == "point mass" else f"{b.kind}, moments {', '.join(pr.inline(m) for m in b.moments)}"
+        item(f"{pr.name(b.name)}: {kind}, mass {pr.inline(b.mass)}; nodes {', '.join(map(pr.name, b.nodes))}    "
+             f"[{b.span}{b.span.chain}]")
         if b.node_mass_matrix is not None:
             M = b.node_mass_matrix
-            rows = "; ".join(", ".join(pr.expr(sp.simplify(M[i, j])) for j in range(M.shape[1])) for i in range(M.shape[0]))
-            item(f"  mass matrix on the nodes (Eq. 9, ⊗ I_{system.space}): [{rows}]")
+            if pr.fmt == "markdown":
+                item(f"  mass matrix on the nodes (Eq. 9, $\\otimes I_{system.space}$): {pr.inline(M.applyfunc(sp.simplify))}")
+            else:
+                rows = "; ".join(", ".join(pr.expr(sp.simplify(M[i, j])) for j in range(M.shape[1])) for i in range(M.shape[0]))
+                item(f"  mass matrix on the nodes (Eq. 9, ⊗ I_{system.space}): [{rows}]")
     n_coords = sum(b.coordinates for b in system.bodies)
     n_constraints = len(system.constraints)
     h("Degrees of freedom")
     item(f"n·d − C = {n_coords} − {n_constraints} = {n_coords - n_constraints}")
+

@@ -143,7 +143,7 @@ def test_symbolic_systems_render_in_notebooks():
 
     system = compile_model(Path(__file__).resolve().parents[2] / "models/rlc.phm", CompileOptions(numeric=False)).system
     md, tex = system._repr_markdown_(), system._repr_latex_()
-    assert md.startswith("# model RLC") and "der(q)" in md.replace("\\", "")
+    assert md.startswith("# model RLC") and "$$\\dot{q} = " in md  # math, not code (issue 34)
     assert "\\begin{equation}" in tex
 
 
