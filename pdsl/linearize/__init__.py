@@ -18,6 +18,9 @@ def open_loop_system(system):
     """The symbolic system with every feedback-law input made an exogenous input (``--open-loop``)."""
     from dataclasses import replace
 
+    from ..cache import unwrap
+
+    system = unwrap(system)  # a cached compilation defers it
     return replace(system, inputs=tuple(replace(u, law=None) if u.law is not None else u for u in system.inputs))
 
 

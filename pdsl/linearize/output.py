@@ -30,9 +30,11 @@ def point_lines(lin) -> list[str]:
     """The operating point, each value with where it came from."""
     pt = lin.point
     given, trimmed, undetermined = set(pt.given), set(pt.trimmed), set(pt.undetermined)
-    moved = {n for n, _, _ in pt.moved}
+    moved = {n: before for n, before, _ in pt.moved}
 
     def origin(name):
+        if name in given and name in moved:
+            return f"given {moved[name]!r}, projected onto the constraints"
         if name in given:
             return "given"
         if name in undetermined:

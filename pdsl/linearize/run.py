@@ -49,4 +49,6 @@ def linearize_numeric(num: NumericSystem, *, at: Mapping[str, object] | None = N
     point = operating_point(num, point_values(num, at, "--at", p), point_values(num, inputs, "--input", p),
                             params=p, trim=trim)
     lin = linearize(num, point, open_loop=open_loop)
-    return replace(lin, system=num.system)
+    from ..cache import unwrap
+
+    return replace(lin, system=unwrap(num.system))

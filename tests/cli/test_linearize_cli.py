@@ -140,3 +140,15 @@ def test_the_docs_page_commands_run_as_written(capsys, monkeypatch, tmp_path):
 def test_bad_values_are_user_errors(capsys, bad):
     code, _, err = _run(capsys, str(MODELS / "cart_pole.phm"), "--at", bad)
     assert code == 2 and "error[" in err
+
+
+def test_a_cached_compilation_linearizes_the_same(capsys, monkeypatch, tmp_path):
+    """The compiled-model cache defers the symbolic system: --open-loop and the symbolic formats unwrap it."""
+    monkeypatch.delenv("PDSL_NO_CACHE", raising=False)
+    monkeypatch.setenv("PDSL_CACHE_DIR", str(tmp_path / "cache"))
+    argv = (str(MODELS / "cart_pole.phm"), "--at", "theta=pi", "--trim", "--open-loop", "--format", "markdown", "-v")
+    first = _run(capsys, *argv)
+    second = _run(capsys, *argv)
+    assert "cache: stored" in first[2] and "cache: hit" in second[2]
+    assert first[0] == second[0] == 0 and first[1] == second[1]
+    assert "g*l*m*(M + m)/(J*M + J*m + M*l**2*m)" in second[1]
