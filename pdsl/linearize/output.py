@@ -26,8 +26,8 @@ def _matrix_text(name: str, M: np.ndarray, rows, cols) -> list[str]:
     return out
 
 
-def point_lines(lin) -> list[str]:
-    """The operating point, each value with where it came from."""
+def point_lines(lin, code: bool = False) -> list[str]:
+    """The operating point, each value with where it came from (``code``: names as markdown code spans)."""
     pt = lin.point
     given, trimmed, undetermined = set(pt.given), set(pt.trimmed), set(pt.undetermined)
     moved = {n: before for n, before, _ in pt.moved}
@@ -45,12 +45,13 @@ def point_lines(lin) -> list[str]:
             return "projected onto the constraints"
         return "start value"
 
-    out = [f"  {n} = {float(v)!r}  ({origin(n)})" for n, v in zip(lin.state_names, pt.x)]
-    out += [f"  {n} = {float(v)!r}  (algebraic{', steady state' if n in trimmed else ''})" for n, v in zip(lin.algebraic_names, pt.z)]
-    out += [f"  {n} = {float(v)!r}  (input; {'zero' if origin(n) == 'start value' else origin(n)})" for n, v in zip(lin.inputs, pt.u)]
+    q = "`" if code else ""
+    out = [f"  {q}{n}{q} = {float(v)!r}  ({origin(n)})" for n, v in zip(lin.state_names, pt.x)]
+    out += [f"  {q}{n}{q} = {float(v)!r}  (algebraic{', steady state' if n in trimmed else ''})" for n, v in zip(lin.algebraic_names, pt.z)]
+    out += [f"  {q}{n}{q} = {float(v)!r}  (input; {'zero' if origin(n) == 'start value' else origin(n)})" for n, v in zip(lin.inputs, pt.u)]
     shown_given = [n for n in pt.given if n not in lin.state_names and n not in lin.inputs]
     if shown_given:
-        out.append(f"  given as shown columns: {', '.join(shown_given)}")
+        out.append(f"  given as shown columns: {', '.join(q + n + q for n in shown_given)}")
     return out
 
 
@@ -102,8 +103,6 @@ def render_symbolic(lin, S, fmt: str) -> str:
     with the operating point and the eigenvalues, as Markdown or LaTeX."""
     import sympy as sp
 
-    from ..printing import to_text
-
     mats = (("A", S.A if S else sp.Matrix(lin.A), lin.states, lin.states),
             ("B", S.B if S else sp.Matrix(lin.B), lin.states, lin.inputs),
             ("C", S.C if S else sp.Matrix(lin.C), lin.outputs, lin.states),
@@ -125,7 +124,7 @@ def render_symbolic(lin, S, fmt: str) -> str:
                    f"of {len(lin.states)}")
         return "\n".join(out) + "\n"
     out = [f"# {lin.model}: linearization", "", f"Operating point (t = {lin.point.t:g}):", ""]
-    out += ["-" + line[1:] for line in point_lines(lin)]
+    out += ["-" + line[1:] for line in point_lines(lin, code=True)]
     out += ["", _equilibrium_line(lin).strip() + ".", ""]
     if lin.dependent:
         out += [f"Dependent states (coordinate partitioning): {', '.join(f'`{d}`' for d in lin.dependent)}.", ""]
@@ -138,7 +137,7 @@ def render_symbolic(lin, S, fmt: str) -> str:
         out.append("| | " + " | ".join(f"`{c}`" for c in cols) + " |")
         out.append("|---" * (len(cols) + 1) + "|")
         for i, r in enumerate(rows):
-            out.append(f"| `{r}` | " + " | ".join(f"`{to_text(M[i, j])}`" for j in range(len(cols))) + " |")
+            out.append(f"| `{r}` | " + " | ".join(_md_math(M[i, j]) for j in range(len(cols))) + " |")
         out.append("")
     out += ["## Eigenvalues", "", "| eigenvalue | ω_n | ζ |", "|---|---|---|"]
     for lam, wn, z in zip(lin.eigenvalues, lin.natural_frequency, lin.damping + 0.0):
@@ -147,6 +146,14 @@ def render_symbolic(lin, S, fmt: str) -> str:
     out += ["", f"Controllability rank {lin.controllability_rank}, observability rank {lin.observability_rank} of "
             f"{len(lin.states)}."]
     return "\n".join(out) + "\n"
+
+
+def _md_math(e) -> str:
+    """A matrix entry in a markdown table: LaTeX math (what Jupyter renders, as ``show --format markdown``), its
+    bars spelt ``\\vert`` so that they do not split the table's cells."""
+    import sympy as sp
+
+    return "$" + sp.latex(e).replace("|", r"\vert ") + "$"
 
 
 # ---------------------------------------------------------------- files

@@ -101,7 +101,7 @@ def test_symbolic_formats(capsys):
     assert r"\begin{equation} A = \left[\begin{matrix}" in out
     assert r"\frac{g l m \left(M + m\right)}{J M + J m + M l^{2} m}" in out
     code, out, _ = _run(capsys, str(MODELS / "dc_motor.phm"), "--format", "markdown")
-    assert code == 0 and "| `phi` | `-R_a/L_a` | `-K/J` |" in out
+    assert code == 0 and r"| `phi` | $- \frac{R_{a}}{L_{a}}$ | $- \frac{K}{J}$ |" in out
 
 
 def test_large_models_get_numeric_entries_in_the_symbolic_formats(capsys):
@@ -151,4 +151,4 @@ def test_a_cached_compilation_linearizes_the_same(capsys, monkeypatch, tmp_path)
     second = _run(capsys, *argv)
     assert "cache: stored" in first[2] and "cache: hit" in second[2]
     assert first[0] == second[0] == 0 and first[1] == second[1]
-    assert "g*l*m*(M + m)/(J*M + J*m + M*l**2*m)" in second[1]
+    assert r"$\frac{g l m \left(M + m\right)}{J M + J m + M l^{2} m}$" in second[1]
