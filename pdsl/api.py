@@ -450,23 +450,40 @@ class SimulationRun:
         write_table(path, self.columns, self.data, self.units)
         return Path(path)
 
-    def plot(self, **kw):
-        """Trajectories (with energy/power and input panels where they exist) as a matplotlib Figure."""
+    def plot(self, names=None, *, ax=None, **kw):
+        """Trajectories against time as a matplotlib Figure: states, outputs (and ``--power`` columns), the energy
+        drift E(t) − E(0) or the energy balance, inputs. ``names``: only these columns (``"energy"`` too), one
+        panel each; ``ax``: all of them in that Axes (returns its Figure)."""
         from .sim.plot import trajectory_figure
 
-        return trajectory_figure(self.result, title=self.model.name, system=self.model.system, **kw)
+        return trajectory_figure(self.result, title=self.model.name, names=names, ax=ax, **kw)
+
+    def plot_path(self, x: str | None = None, y: str | None = None, *, ax=None):
+        """A planar path: column ``y`` against column ``x``; without them the paths of the model's drawn points and
+        bodies (its picture), or the columns ``x``, ``y``."""
+        from .sim.plot import path_figure
+
+        return path_figure(self.result, self.model.system, x, y, ax=ax, title=self.model.name)
+
+    def plot_phase(self, pairs=None, *, ax=None):
+        """Phase portraits: each coordinate against its rate (``q``/``der(q)``, ``b.x``/``b.vx``) or momentum;
+        ``pairs``: ``("theta", "der(theta)")`` or a list of such pairs."""
+        from .sim.plot import phase_figure
+
+        return phase_figure(self.result, self.model.system, pairs, ax=ax, title=self.model.name)
 
     def animate(self, path: str | Path | None = None, **kw):
-        """The mechanism of a body model at every few samples (a GIF when ``path`` is given)."""
+        """The model's picture (bodies, ``draw`` statements) animated: written as a GIF or an HTML page when
+        ``path`` ends in ``.gif`` or ``.html``; the animation object (a player in Jupyter)."""
         from .sim.plot import animate_bodies
 
         return animate_bodies(self.result, self.model.system, path, **kw)
 
-    def snapshots(self, n: int = 4):
-        """A picture of the mechanism at ``n`` instants (bodies models), as a Figure."""
+    def snapshots(self, n: int = 4, *, ax=None):
+        """The model's picture at ``n`` instants, as a Figure (one panel each, or overlaid in ``ax``)."""
         from .sim.plot import mechanism_figure
 
-        return mechanism_figure(self.result, self.model.system, n=n)
+        return mechanism_figure(self.result, self.model.system, n=n, ax=ax)
 
     def __repr__(self) -> str:
         return f"<SimulationRun {self.model.name}: {len(self.t)} samples, columns {', '.join(self.columns)}>"

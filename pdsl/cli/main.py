@@ -150,7 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--params", metavar="params.json",
                    help="parameter values and network weights of a fit (`pdsl fit` writes params.json and networks.npz)")
     p.add_argument("--plot", metavar="OUT.png", help="plot every state against time")
-    p.add_argument("--animate", metavar="OUT.gif", help="animate the mechanism (models with bodies) as a GIF")
+    p.add_argument("--animate", metavar="OUT.gif|OUT.html",
+                   help="animate the model's picture (bodies, `draw point`/`draw line`) as a GIF or an HTML page")
     p.add_argument("--power", action="store_true",
                    help="port-Hamiltonian models: add columns H and the power e·f of every element port")
 
@@ -393,6 +394,12 @@ def cmd_simulate(args) -> int:
         from ..fit.run import apply_fitted
 
         num = apply_fitted(num, args.params)
+    if getattr(args, "animate", None):  # a model with nothing to draw is told so before anything is integrated
+        from ..sim.drawing import require_picture
+        from ..sim.plot import check_animation_path
+
+        check_animation_path(args.animate)
+        require_picture(system, "--animate")
     if args.noise is not None and not args.noise > 0:
         raise PdslError.at("BadOption", f"--noise must be a positive number, got {args.noise}")
     init = {}

@@ -42,6 +42,10 @@ def lower(model: Model, options: LowerOptions | str = "hamiltonian", *, stabiliz
         from dataclasses import replace
 
         system = replace(system, units=model.units)
+    if model.drawn_points or model.drawn_lines:  # the picture travels with the IR (animations, snapshots)
+        from dataclasses import replace
+
+        system = replace(system, drawn_points=model.drawn_points, drawn_lines=model.drawn_lines)
     # the shared structural passes, on every system whichever formalism lowered it: index reduction of constraints
     # between states (`0 = g(x)`), then structural balance (rows matched to unknowns)
     system = reduce_index(system)

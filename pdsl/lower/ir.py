@@ -17,7 +17,7 @@ import sympy as sp
 
 from ..diagnostics import Span
 from ..records import record
-from ..resolve.model import Input, Neural, Output, Param
+from ..resolve.model import DrawnLine, DrawnPoint, Input, Neural, Output, Param
 
 
 @record
@@ -272,6 +272,10 @@ class SymbolicSystem:
     # are read off the terms (readoff_linear) instead of differentiating each row by each unknown (a composite
     # slider-crank with 77 unknowns: 12–16 s -> 0.02 s, the same A and b)
     readoff: bool = False
+    # the model's picture (`draw point`, `draw line`; LANGUAGE.md §13), expressions of the states: read by animations,
+    # snapshots and structure plots only (pdsl.sim.drawing), beside the bodies and segments that draw themselves
+    drawn_points: tuple[DrawnPoint, ...] = ()
+    drawn_lines: tuple[DrawnLine, ...] = ()
 
     def unit_of(self, name: str) -> str | None:
         return dict(self.units).get(name) if self.units else None

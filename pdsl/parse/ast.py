@@ -256,6 +256,26 @@ class WhenStmt(Stmt):
 
 
 @record
+class DrawPointStmt(Stmt):
+    """``draw point NAME = [x, y(, z)]`` (LANGUAGE.md §13): a point of the model's picture, an expression of the
+    state; ``draw point p[i] = … for i in 1..N`` declares the entries of an array of points."""
+
+    name: str
+    name_span: Span
+    position: Expr
+    index: tuple[Expr, ...] = ()
+
+
+@record
+class DrawLineStmt(Stmt):
+    """``draw line A, B(, C …)``: a line (a polyline through more points) between drawn points, body points,
+    ``ground`` or literal positions ``[x, y]``; nothing but the picture reads it."""
+
+    points: tuple[Expr, ...]
+    kwargs: tuple[KwArg, ...] = ()
+
+
+@record
 class DistributionStmt(Stmt):
     name: str
     arch: str

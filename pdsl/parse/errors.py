@@ -41,6 +41,8 @@ _TERMINAL_NAMES = {
     "SLASH": "`/`",
     "CIRCUMFLEX": "`^`",
     "CONNECTOR": "a connector (link, joint, ...)",
+    "DRAW_POINT": "`draw point`",
+    "DRAW_LINE": "`draw line`",
 }
 _EXPRESSION_START = {"NAME", "NUMBER", "LPAR", "LSQB", "MINUS", "PLUS"}
 _OPERATORS = {"PLUS", "MINUS", "STAR", "SLASH", "CIRCUMFLEX"}
@@ -51,7 +53,7 @@ STATEMENT_KEYWORDS = (
     "link", "joint", "hinge", "slider", "spring", "damper", "gravity", "potential", "force", "lagrangian",
     "hamiltonian", "constraint", "distribution", "group", "flow_store", "effort_store", "resistive",
     "flow_source", "effort_source", "transformer", "gyrator", "junction", "structure", "port", "use",
-    "connect", "import", "when", "end",
+    "connect", "import", "when", "draw", "end",
 )
 
 
@@ -80,7 +82,7 @@ def syntax_error(err: UnexpectedInput, path: str, text: str) -> PdslError:
     """Translate a lark error into the most specific diagnostic the text allows."""
     where = _error_position(err, text)
     for explain in (_bracket_problem, _unclosed_model, _action_outside_when, _foreign_operator, _comparison_as_equation,
-                    _bad_number, _unknown_statement, _element_range):
+                    _bad_number, _bad_draw, _unknown_statement, _element_range):
         found = explain(text, where, path)
         if found is not None:
             return found
@@ -317,6 +319,23 @@ def _unknown_statement(text: str, where: tuple[int, int], path: str) -> PdslErro
     close = difflib.get_close_matches(word, STATEMENT_KEYWORDS, n=1)
     hint = f"did you mean `{close[0]}`?" if close else "a statement starts with a keyword (param, var, body, link, ...) or is an equation `lhs = rhs`"
     return PdslError.at("UnknownStatement", f"`{word}` does not start a statement", Span.point(path, where[0], m.start(2) + 1, len(word)), hint)
+
+
+_DRAW = re.compile(r"(\s*)draw[ \t]+([A-Za-z_]\w*)")
+
+
+def _bad_draw(text: str, where: tuple[int, int], path: str) -> PdslError | None:
+    """``draw circle c``: a `draw` statement is `draw point NAME = [x, y]` or `draw line A, B`."""
+    lines = text.splitlines()
+    if not 1 <= where[0] <= len(lines):
+        return None
+    m = _DRAW.match(lines[where[0] - 1])
+    if not m or m.group(2) in ("point", "line") or m.start(2) + 1 != where[1]:
+        return None
+    word = m.group(2)
+    return PdslError.at("Syntax", f"`draw` is followed by `point` or `line`, not `{word}`",
+                        Span.point(path, where[0], m.start(2) + 1, len(word)),
+                        "draw point NAME = [x, y] (or [x, y, z]), draw line A, B (drawn points, body points, ground)")
 
 
 _ELEMENT_RANGE = re.compile(

@@ -278,6 +278,14 @@ class _ToAst(Transformer_NonRecursive):
     def when_stmt(self, meta, items):
         return A.WhenStmt(span=self._sp(meta), condition=items[0], actions=tuple(items[1] or ()))
 
+    def draw_point(self, meta, items):
+        _, (name, index, name_span), position = items
+        return A.DrawPointStmt(span=self._sp(meta), name=name, name_span=name_span, position=position, index=index)
+
+    def draw_line(self, meta, items):
+        a, k = _split_args(items[1])
+        return A.DrawLineStmt(span=self._sp(meta), points=a, kwargs=k)
+
     def equation_stmt(self, meta, items):
         return A.EquationStmt(span=self._sp(meta), lhs=items[0], rhs=items[1])
 

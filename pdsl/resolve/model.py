@@ -332,6 +332,24 @@ class KinematicTie:
 
 
 @record
+class DrawnPoint:
+    """``draw point NAME = [x, y(, z)]`` (LANGUAGE.md §13): a point of the picture, an expression of the states,
+    parameters, inputs and t."""
+
+    name: str
+    position: sp.ImmutableMatrix  # 2 or 3 rows
+    span: Span
+
+
+@record
+class DrawnLine:
+    """``draw line A, B(, C …)``: a line through points (drawn points, body points, ground), each with its label."""
+
+    points: tuple[tuple[str, sp.ImmutableMatrix], ...]
+    span: Span
+
+
+@record
 class Model:
     name: str
     doc: str | None
@@ -360,6 +378,9 @@ class Model:
     groups: tuple[Group, ...] = ()
     events: tuple[Event, ...] = ()
     unsupported: tuple[tuple[str, Span], ...] = field(default=())
+    # the picture (`draw point`, `draw line`): read by animations and snapshots only, never by the equations
+    drawn_points: tuple[DrawnPoint, ...] = ()
+    drawn_lines: tuple[DrawnLine, ...] = ()
     # (name, unit text) of the quantities with a unit (declared `{unit = "..."}`, or derived): pdsl.resolve.units
     units: tuple[tuple[str, str], ...] = ()
 

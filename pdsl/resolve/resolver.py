@@ -165,7 +165,7 @@ class _Resolver:
         out: dict[str, list] = {k: [] for k in (
             "params", "inputs", "outputs", "variables", "neural", "equations", "constraints",
             "bodies", "connectors", "gravity", "potentials", "forces", "generalized_forces", "elements", "unsupported",
-            "interfaces", "ties", "groups", "events",
+            "interfaces", "ties", "groups", "events", "drawn_points", "drawn_lines",
         )}
         single: dict[str, M.Located | None] = {"lagrangian": None, "hamiltonian": None}
         # pass 1: declarations (names usable anywhere in the model)
@@ -193,11 +193,16 @@ class _Resolver:
         # pass 2: everything that uses names
         for stmt in body:
             declared_only = type(stmt) in decl_handlers and not isinstance(stmt, A.ConstraintLearnStmt | A.DistributionStmt)
-            if declared_only or isinstance(stmt, A.SpaceStmt | A.KinematicPortStmt) or self._uses_composition(stmt):
+            if declared_only or isinstance(stmt, A.SpaceStmt | A.KinematicPortStmt | _DRAW) or self._uses_composition(stmt):
                 continue
             self._guard(self._statement, stmt, out, single)
         for stmt in self._distributions:  # after the group is known
             self._guard(self._distribution, stmt, out)
+        draws = [s for s in body if isinstance(s, _DRAW) and not self._uses_composition(s)]
+        if draws:  # the picture (LANGUAGE.md §13): points, then the lines through them
+            from .drawing import resolve_drawing
+
+            resolve_drawing(self, draws, out)
         # deferred: values of params/inputs/outputs (they may use any name)
         self._guard(self._finish_decls, None, out)
         self._check_neural_used(out)
@@ -248,6 +253,9 @@ class _Resolver:
             for n, d in self.names.items()
             if d.kind == "output"
         }
+        known.update({n: Unusable("NotAllowedHere", f"`{n}` is a drawn point: only `draw line` uses it",
+                                  "use the position's expression itself, or declare a `var` for it")
+                      for n, kind in self.declared.items() if kind == "drawn point"})
         return Scope(ChainMap(names), der_of=self._der_of if allow_der else None, known=ChainMap(known))
 
     def _const_scope(self, extra: Mapping[str, object] | None = None) -> Scope:
@@ -1406,6 +1414,7 @@ _NOT_YET_SUPPORTED_NAMES = {
     A.ConnectStmt: "`connect`",
 }
 _NOT_YET_SUPPORTED = tuple(_NOT_YET_SUPPORTED_NAMES)
+_DRAW = A.DrawPointStmt | A.DrawLineStmt  # resolved after everything else (pdsl.resolve.drawing)
 
 
 class _PendingOutput:
@@ -1485,6 +1494,8 @@ def _declared_names(body) -> dict[str, str]:
             out[stmt.name], out[stmt.state] = stmt.kind, "state"
         elif isinstance(stmt, A.ResistiveStmt | A.SourceStmt | A.TwoPortStmt):
             out[stmt.name] = "element"
+        elif isinstance(stmt, A.DrawPointStmt):
+            out.setdefault(stmt.name, "drawn point")  # used by `draw line` only (pdsl.resolve.drawing)
     return out
 
 

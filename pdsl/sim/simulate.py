@@ -1138,7 +1138,8 @@ def _result(num, grid, X, Z, p, inputs, info, rhs=None) -> SimulationResult:
     if num.constraints.size1_out(0):
         phi = g.eval(fns["constraints"], with_z=False, with_u=False)
         C = np.sqrt(np.mean(phi**2, axis=1))
-    info = {**info, "x0": dict(zip(num.x_names, x_init.tolist()))}
+    # the start, and the parameter vector the run used (pictures evaluate the model's `draw` positions with it)
+    info = {**info, "x0": dict(zip(num.x_names, x_init.tolist())), "p": np.asarray(p, dtype=float).ravel()}
     return SimulationResult(
         t=grid, x=X, z=Z, x_names=num.x_names, z_names=num.z_names, y=Y, y_names=num.y_names,
         energy=E, constraint_rms=C, info=info, shown=shown, shown_names=num.report_names, power=P,

@@ -113,8 +113,10 @@ def test_plots_return_figures_and_keep_the_backend(model, tmp_path):
         assert isinstance(snaps, Figure) and len(snaps.axes) == 3
         p2.animate(tmp_path / "p2.gif", frames=5)
         assert (tmp_path / "p2.gif").read_bytes()[:3] == b"GIF"
-        with pytest.raises(pdsl.PdslError):
-            run.snapshots()  # no bodies to draw
+        assert len(run.snapshots(2).axes) == 2  # the cart and pendulum of its `draw` statements
+        with pytest.raises(pdsl.PdslError) as e:
+            pdsl.Model.from_text("model D\n  var x = 1\n  der(x) = -x\nend\n").simulate(1, 0.5).snapshots()
+        assert e.value.diagnostics[0].code == "NothingToDraw"
         assert matplotlib.get_backend() == "svg"
     finally:
         matplotlib.use(before)
