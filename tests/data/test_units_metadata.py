@@ -280,3 +280,23 @@ def test_a_stale_sidecar_is_removed(tmp_path):
     write_table(tmp_path / "d.csv", ["t", "y"], np.zeros((2, 2)))  # a model without units, same file name
     assert not (tmp_path / "d.units.csv").exists()
     assert read_table(tmp_path / "d.csv").units == ()
+
+
+def test_api_reads_units_of_a_dataframe_and_converts_them():
+    """Model.evaluate (and fit) read df.attrs["units"]: a DataFrame in degrees scores as the one in radians."""
+    pytest.importorskip("pint")
+    pytest.importorskip("pandas")
+    import pdsl
+
+    m = pdsl.load(PENDULUM)
+    df = m.simulate(2.0, 0.05).to_pandas()
+    deg = df.copy()
+    deg["theta"] *= 180 / math.pi
+    deg["der(theta)"] *= 180 / math.pi
+    deg.attrs["units"] = {**df.attrs["units"], "theta": "deg", "der(theta)": "deg/s"}
+    a, b = m.evaluate(df), m.evaluate(deg)
+    (sa,), (sb,) = a["scores"], b["scores"]
+    np.testing.assert_allclose(sb.err, sa.err, rtol=1e-9, atol=1e-12)  # the same rollout error, sample by sample
+    deg.attrs["units"]["theta"] = "m"  # a length for an angle: refused, wherever it comes from
+    with pytest.raises(PdslError, match="different dimension"):
+        m.evaluate(deg)
