@@ -401,3 +401,61 @@ def _bodies(system, pr, h, item) -> None:
     h("Degrees of freedom")
     item(f"n·d − C = {n_coords} − {n_constraints} = {n_coords - n_constraints}")
 
+
+# ====================================================================== show --power
+def power_report(system: SymbolicSystem) -> str:
+    """What ``show --power`` prints: the interfaces, the power balance dH/dt = supplied − dissipated and, for a model
+    with thermal ports, the heat balance dU/dt = Σ Q̇ in of its thermal part and the first law Σ P_in = Σ Q̇_out +
+    dE/dt of every component with power ports and a thermal port (LANGUAGE.md "Port domains")."""
+    from .lower.structural import interface_balance, power_balance
+
+    out: list[str] = []
+    interfaces = interface_balance(system)
+    if interfaces:
+        out.append("\nInterfaces (power into each side; they cancel):")
+        for a, b, total in interfaces:
+            out.append(f"  {a.name}: {a.power}")
+            out.append(f"  {b.name}: {b.power}")
+            out.append(f"  sum: {total}" + ("  (cancel identically)" if total == 0 else "  (DO NOT CANCEL)"))
+    if not system.is_explicit():
+        out.append("\nPower balance: the system is linear-implicit (multipliers or a mass matrix), so dE/dt is not a "
+                   "closed expression here; `pdsl simulate` audits E(t) − E(0) − ∫ dE/dt along the motion")
+        out += [f"  {_term(t.role, t.name, t.power, t.kind)}" for t in system.power_terms]
+        return "\n".join(out)
+    pb = power_balance(system)
+    if pb.terms or pb.heat is None or pb.dHdt != 0:
+        out.append("\nPower balance (dH/dt = supplied − dissipated):")
+        out.append(f"  dH/dt = {pb.dHdt}")
+        out += [f"  {_term(role, port, power)}" for role, port, power in pb.terms]
+        verdict = "holds identically" if pb.residual == 0 else f"FAILS: residual {pb.residual}"
+        if pb.residual == 0 and pb.modulo:
+            verdict = "holds on the constraints between stores (" + ", ".join(f"{g} = 0" for g in pb.modulo) + ")"
+        out.append(f"  balance: {verdict}")
+    if pb.heat is not None:
+        heat = pb.heat
+        out.append("\nHeat balance (first law of the thermal part, in W: dU/dt = Σ Q̇ in; temperature × heat flow is "
+                   "not a power):")
+        out.append(f"  U = {heat.U}    (the heat the thermal stores took in since the start)")
+        out.append(f"  dU/dt = {heat.dUdt}")
+        out += [f"  {_term(role, port, q, 'heat')}" for role, port, q in heat.terms]
+        out.append("  balance: " + ("holds identically" if heat.residual == 0 else f"FAILS: residual {heat.residual}"))
+    if pb.components:
+        out.append("\nComponents with power and heat ports (Σ P_in = Σ Q̇_out + dE/dt):")
+        for c in pb.components:
+            name = c.name or system.name
+            out.append(f"  {name}: P_in = {c.power_in}, Q̇_out = {c.heat_out}, "
+                       + ("dE/dt: not known (it has states of plain equations)" if c.dEdt is None else f"dE/dt = {c.dEdt}"))
+            if c.residual is not None:
+                out.append("    first law: " + ("holds identically" if c.residual == 0
+                                                else f"FAILS: P_in − Q̇_out − dE/dt = {c.residual}"))
+    return "\n".join(out)
+
+
+def _term(role: str, name: str, value, kind: str = "power") -> str:
+    """One term of a balance: supplied (+), dissipated, or taken in by a component written in equations (−)."""
+    if role == "source":
+        return f"{'heat from' if kind == 'heat' else 'supplied by'} {name}: {value}"
+    if role == "terminal":
+        port = name[: -len(".terminal")] if name.endswith(".terminal") else name
+        return f"{'heat into' if kind == 'heat' else 'taken in by'} {port} (equations): {-value}"
+    return f"dissipated in {name}: {-value}"

@@ -325,31 +325,9 @@ def _with_power_outputs(model, system):
 
 
 def _show_power(system) -> None:
-    from ..lower.structural import interface_balance, power_balance
+    from ..show import power_report
 
-    interfaces = interface_balance(system)
-    if interfaces:
-        print("\nInterfaces (power into each side; they cancel):")
-        for a, b, total in interfaces:
-            print(f"  {a.name}: {a.power}")
-            print(f"  {b.name}: {b.power}")
-            print(f"  sum: {total}" + ("  (cancel identically)" if total == 0 else "  (DO NOT CANCEL)"))
-    if not system.is_explicit():
-        print("\nPower balance: the system is linear-implicit (multipliers or a mass matrix), so dE/dt is not a closed "
-              "expression here; `pdsl simulate` audits E(t) − E(0) − ∫ dE/dt along the motion")
-        for t in system.power_terms:
-            print(f"  {'supplied by' if t.role == 'source' else 'dissipated in'} {t.name}: {t.power if t.role == 'source' else -t.power}")
-        return
-    pb = power_balance(system)
-    print("\nPower balance (dH/dt = supplied − dissipated):")
-    print(f"  dH/dt = {pb.dHdt}")
-    for role, port, power in pb.terms:
-        what = "supplied by" if role == "source" else "dissipated in"
-        print(f"  {what} {port}: {power if role == 'source' else -power}")
-    verdict = "holds identically" if pb.residual == 0 else f"FAILS: residual {pb.residual}"
-    if pb.residual == 0 and pb.modulo:
-        verdict = "holds on the constraints between stores (" + ", ".join(f"{g} = 0" for g in pb.modulo) + ")"
-    print(f"  balance: {verdict}")
+    print(power_report(system))
 
 
 def cmd_simulate(args) -> int:

@@ -41,11 +41,14 @@ from ..records import record
 __all__ = ["Program", "load_program", "flatten", "std_dir", "uses_composition", "DOMAINS"]
 
 STD = "std:"
-# domain -> whether its across value is the effort under the default analogy (force = effort)
-DOMAINS = {"electrical": True, "hydraulic": True, "translational": False, "rotational": False}
+# domain -> whether its across value is the effort under the default analogy (force = effort). A thermal port's
+# across value (temperature) sits where an effort would, but temperature × heat flow is not a power ("Port domains")
+DOMAINS = {"electrical": True, "hydraulic": True, "translational": False, "rotational": False, "thermal": True}
 _MECHANICAL = {"translational", "rotational"}
-# the SI unit of each domain's across value (velocity, angular velocity, voltage, pressure)
-_ACROSS_UNIT = {"electrical": "V", "hydraulic": "Pa", "translational": "m/s", "rotational": "rad/s"}
+# the SI unit of each domain's across value (velocity, angular velocity, voltage, pressure, temperature)
+_ACROSS_UNIT = {"electrical": "V", "hydraulic": "Pa", "translational": "m/s", "rotational": "rad/s", "thermal": "K"}
+# words that name a thermal quantity: `analogy` does not apply to them (LANGUAGE.md, "Port domains")
+_THERMAL_WORDS = {"heat", "temperature", "thermal", "T", "Q_flow", "heat_flow", "entropy"}
 _GLOBAL = {"t", "pi", "ground"}
 MAX_INSTANCES = 100_000
 
@@ -267,6 +270,8 @@ class _Flattener:
             if isinstance(stmt, A.PortStmt):
                 for d in stmt.ports:
                     self._declare_port(d, ctx, analogy_effort, top)
+                    if d.domain is not None and d.across is None:
+                        self._port_values(m, d, ctx)
         # instances (kwargs may use other instances' outputs: build in dependency order)
         uses = [s for s in body if isinstance(s, A.UseStmt)]
         for u in uses:
@@ -301,6 +306,12 @@ class _Flattener:
         """True where a mechanical port's across value is its effort (``analogy force = flow``)."""
         found = [s for s in m.body if isinstance(s, A.AnalogyStmt)]
         for s in found:
+            if s.quantity in _THERMAL_WORDS or s.variable in _THERMAL_WORDS:
+                raise PdslError.at("BadOption", f"`analogy {s.quantity} = {s.variable}`: the analogy does not apply to "
+                                   "thermal ports: temperature and heat flow are not a power pair", s.span,
+                                   "a thermal port's across value is its temperature and its through value the heat "
+                                   "flow into the model, under either analogy; `analogy force = …` sets the mechanical "
+                                   "ports only")
             if s.quantity != "force" or s.variable not in ("effort", "flow"):
                 raise PdslError.at("BadOption", f"`analogy {s.quantity} = {s.variable}`: write `analogy force = effort` "
                                    "(bond-graph, the default) or `analogy force = flow` (mobility)", s.span)
@@ -359,6 +370,34 @@ class _Flattener:
         if kind == "kinematic":
             self.out.append(A.KinematicPortStmt(span=ctx.sp(d.span), name=full, domain=d.domain,
                                                 across=self._rn(d.across, ctx), unit=unit))
+
+    def _port_values(self, m: A.ModelDef, d: A.PortDecl, ctx: _Ctx) -> None:
+        """How the power port's values read its bond (:class:`~pdsl.parse.ast.PowerPortStmt`). A port that no junction
+        of its model lists belongs to a component written in equations (``p.v - n.v = R*p.i``): it gets a terminal, a
+        one-port whose effort and flow only those equations fix, bonded to the port (``-p`` delivers the port's power
+        into the model, as in ``junction common_flow(-p, r, n)``)."""
+        full = ctx.prefix + d.name
+        port = self.ports.get(full)
+        if port is None or port.kind != "power":
+            return
+        span = ctx.sp(d.span)
+        sign = _listed_sign(m.body, d.name)
+        owner = ctx.prefix[:-1]
+        if sign is None:
+            used = any(d.name in _names(s) for s in m.body if not isinstance(s, A.PortStmt | A.ConnectStmt | A.UseStmt))
+            if not used:
+                raise PdslError.at("BadPort", f"{port.domain} port `{d.name}` of `{m.name}` is neither a member of a "
+                                   "junction nor read by an equation of the model", span,
+                                   f"list it in a junction (`junction common_flow(-{d.name}, …)`) or fix its values "
+                                   f"by equations (`{d.name}.across`, `{d.name}.through`)")
+            sign = -1
+            terminal = f"{full}.terminal"
+            self.out.append(A.TerminalStmt(span=span, name=terminal, domain=port.domain or "", owner=owner))
+            self.out.append(A.JunctionStmt(span=span, name=None, kind="common_effort", kind_span=span, name_span=span,
+                                           members=(A.Neg(span=span, operand=A.Name(span=span, id=full)),
+                                                    A.Name(span=span, id=terminal))))
+        self.out.append(A.PowerPortStmt(span=span, name=full, domain=port.domain or "",
+                                        across_is_effort=port.across_is_effort, sign=sign, owner=owner))
 
     def _port_unit(self, d: A.PortDecl, ctx: _Ctx, kind: str) -> A.Text | None:
         """``port p: electrical {unit = "V"}``: the unit of the across value, checked against the domain (and for a
@@ -782,28 +821,30 @@ class _Flattener:
                                           lhs=A.Name(span=span, id="e_a"), rhs=A.Name(span=span, id="f_b"), name_span=span))
             self.out.append(A.JunctionStmt(span=span, name=p.full, kind="common_effort", kind_span=span, name_span=span,
                                            members=(A.Neg(span=span, operand=A.Attr(span=span, base=A.Name(span=span, id=g),
-                                                                                      name="b")),)))
+                                                                                      name="b")),), domain=p.domain or ""))
             members.append(A.Attr(span=span, base=A.Name(span=span, id=g), name="a"))
         self.out.append(A.JunctionStmt(span=span, name=same[0].full, kind=kind, kind_span=span,
                                        members=tuple(members) + extra, name_span=span,
-                                       aliases=tuple(p.full for p in same[1:]), node=True))
+                                       aliases=tuple(p.full for p in same[1:]), node=True, domain=same[0].domain or ""))
 
     def _open_power_port(self, port: _Port) -> None:
         """A power port of the top model left open: a source with an input, so the model can run on its own.
         The port imposes its through value where its junction fixes the across value, else its across value."""
-        jkind = None
+        jkind, terminal = None, False
         for s in self.out:
             if isinstance(s, A.JunctionStmt) and any(_member_name(m) == port.full for m in s.members):
                 jkind = s.kind
+            terminal = terminal or (isinstance(s, A.TerminalStmt) and s.name == f"{port.full}.terminal")
         # a 0-junction fixes the effort, a 1-junction the flow: impose the other variable (a first guess: the p-H
-        # lowering tries the other causalities when this one does not lower)
-        impose_effort = jkind != "common_effort"
+        # lowering tries the other causalities when this one does not lower); a component written in equations is
+        # given its across values first (the potentials: voltages, temperatures)
+        impose_effort = port.across_is_effort if terminal else jkind != "common_effort"
         name = f"{port.full}.{'effort' if impose_effort else 'flow'}"
         self.out.append(A.DeclStmt(span=port.decl, kind="input", decls=tuple(
             A.Decl(span=port.decl, name=f"{port.full}.{v}", range=None, value=None, attrs=()) for v in ("effort", "flow"))))
         self.out.append(A.SourceStmt(span=port.decl, kind="effort_source" if impose_effort else "flow_source",
                                      name=port.full, value=A.Name(span=port.decl, id=name), name_span=port.decl,
-                                     open_port=True))
+                                     open_port=True, domain=port.domain or ""))
 
 
 # ====================================================================== helpers
@@ -819,6 +860,19 @@ def _declared(body) -> dict[str, str]:
         elif isinstance(s, A.PortStmt):
             out.update((d.name, "port") for d in s.ports)
     return out
+
+
+def _listed_sign(body, name: str) -> int | None:
+    """The sign with which a junction of the model lists ``name`` (−1 for ``-name``), None if none lists it."""
+    for s in body:
+        if not isinstance(s, A.JunctionStmt):
+            continue
+        for m in s.members:
+            if isinstance(m, A.Name) and m.id == name:
+                return 1
+            if isinstance(m, A.Neg) and isinstance(m.operand, A.Name) and m.operand.id == name:
+                return -1
+    return None
 
 
 def _names(node) -> set[str]:

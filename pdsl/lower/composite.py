@@ -45,7 +45,7 @@ _EMPTY = dict(
     equations=(), constraints=(), lagrangian=None, hamiltonian=None, bodies=(), connectors=(), gravity=(),
     potentials=(), forces=(), generalized_forces=(), elements=(), interfaces=(), ties=(), variables=(), outputs=(), groups=(),
 )
-_RETRY = {"DependentStorage", "UnbalancedSystem", "ConflictingSources"}
+_RETRY = {"DependentStorage", "UnbalancedSystem", "ConflictingSources", "AlgebraicSwitch"}
 
 
 def _node_coordinates(model: Model) -> set:
@@ -70,12 +70,43 @@ def parts_of(model: Model) -> dict[str, Model]:
             "groups": model.groups,
             "variables": tuple(v for v in model.variables if v.kind in ("coord", "momentum")),
             "generalized_forces": tuple(g for g in model.generalized_forces if g.coord not in nodes)})
-    if model.elements:
-        parts["network"] = replace(model, **{**_EMPTY, "elements": model.elements})
     plain_vars = tuple(v for v in model.variables if v.kind == "var")
-    if model.equations or (plain_vars and "network" not in parts):
-        parts["equations"] = replace(model, **{**_EMPTY, "equations": model.equations, "variables": plain_vars})
+    equations, variables = model.equations, plain_vars
+    if model.elements:
+        taken, taken_vars = _port_equations(model, plain_vars)
+        parts["network"] = replace(model, **{**_EMPTY, "elements": model.elements, "equations": taken,
+                                             "variables": taken_vars, "outputs": model.outputs if taken else ()})
+        equations = tuple(e for e in model.equations if e not in set(taken))
+        variables = tuple(v for v in plain_vars if v not in set(taken_vars))
+    if equations or (variables and "network" not in parts):
+        parts["equations"] = replace(model, **{**_EMPTY, "equations": equations, "variables": variables})
     return parts
+
+
+def _port_equations(model: Model, plain_vars: tuple) -> tuple[tuple, tuple]:
+    """The plain equations that read power ports' values (``p.v - n.v = R*p.i``; LANGUAGE.md §9), with every
+    equation that shares a variable with them, and those variables: they are solved with the network."""
+    port_values = set()
+    for p in model.power_ports:
+        port_values |= p.across.free_symbols | p.through.free_symbols
+    if not port_values or not model.equations:
+        return (), ()
+    var_of = {v.symbol: v for v in plain_vars}
+    var_of.update({S.der(v.symbol): v for v in plain_vars})
+    free = [e.lhs.free_symbols | e.rhs.free_symbols for e in model.equations]
+    taken = {k for k, f in enumerate(free) if f & port_values}
+    seen_vars: set = set()
+    pending = list(taken)
+    while pending:
+        k = pending.pop()
+        new = {var_of[x].symbol for x in free[k] if x in var_of} - seen_vars
+        seen_vars |= new
+        for j, f in enumerate(free):
+            if j not in taken and any(var_of[x].symbol in new for x in f if x in var_of):
+                taken.add(j)
+                pending.append(j)
+    return (tuple(e for k, e in enumerate(model.equations) if k in taken),
+            tuple(v for v in plain_vars if v.symbol in seen_vars))
 
 
 def _split_constraints(model: Model, nodes: set) -> tuple[tuple, tuple]:
@@ -265,6 +296,11 @@ def lower_composite(model: Model, options: LowerOptions) -> SymbolicSystem:
                                        label=f"tie d/dt({tie.a} = {tie.b}) = 0 (multiplier {tie.a}.through)"))
         ties.append(Constraint(residual=g, origin=tie.span, label=f"tie {tie.a} = {tie.b}"))
     energies = [systems[k].energy for k in order if systems[k].energy is not None]
+    heats = [systems[k].heat_energy for k in order if systems[k].heat_energy is not None]
+    if "network" in systems and parts["network"].outputs:  # outputs that read port values, in the network's solution
+        outputs = systems["network"].outputs
+    else:
+        outputs = model.outputs
     report = ()
     if any(systems[k].report for k in order):
         report = tuple(c for k in order for c in (systems[k].report or tuple((s.name, s.symbol) for s in systems[k].states)))
@@ -278,12 +314,16 @@ def lower_composite(model: Model, options: LowerOptions) -> SymbolicSystem:
         name=model.name, doc=model.doc, path=model.path,
         formalism="+".join(systems[k].formalism for k in order),
         states=states, algebraics=tuple(a for k in order for a in systems[k].algebraics), multipliers=multipliers,
-        params=params, inputs=model.inputs, outputs=tuple(replace(o, expr=to_state(o.expr)) for o in model.outputs),
+        params=params, inputs=model.inputs, outputs=tuple(replace(o, expr=to_state(o.expr)) for o in outputs),
         neural=model.neural, differential=tuple(rows) + tuple(interface_rows), algebraic=alg_rows,
         energy=sp.Add(*energies) if energies else None, energy_origin=model.span,
         constraints=tuple(c for k in order for c in systems[k].constraints) + tuple(ties), span=model.span,
         invariants=tuple(c for k in order for c in systems[k].invariants) + tuple(ties),
         report=report, ports=other_ports + tuple(ports_out), power_terms=power_terms,
+        heat_energy=sp.Add(*heats) if heats else None,
+        components=tuple(replace(c, power_in=to_state(c.power_in), heat_out=to_state(c.heat_out),
+                                 energy=None if c.energy is None else to_state(c.energy))
+                         for k in order for c in systems[k].components),
         bodies=mech.bodies if mech is not None else (), segments=mech.segments if mech is not None else (),
         space=mech.space if mech is not None else 0,
         stabilization=mech.stabilization if mech is not None else "none",

@@ -67,24 +67,41 @@ class Port:
     ``simulate --power`` (CSV columns), ``show --power`` and the sparsity regulariser of ``fit``."""
 
     name: str
-    role: str  # store | resistive | source | twoport | bond | interface
+    role: str  # store | resistive | source | twoport | bond | interface | terminal
     sign: int
     effort: sp.Expr
     flow: sp.Expr
     span: Span
+    domain: str = ""  # "thermal": effort is the temperature, flow the heat flow (not a power pair)
+    owner: str = ""  # a terminal: the component (instance) written in equations that owns the port
 
     @property
     def power(self) -> sp.Expr:
-        return self.effort * self.flow
+        """What the element takes in, in W: effort·flow, or for a thermal port the heat flow itself (the first law
+        counts Q̇, never T·Q̇; LANGUAGE.md "Port domains")."""
+        return self.flow if self.domain == "thermal" else self.effort * self.flow
 
 
 @record
 class PowerTerm:
     """One term of the power balance dE/dt = Σ supplied − Σ dissipated (supplied > 0, dissipated < 0)."""
 
-    role: str  # source | resistive
+    role: str  # source | resistive | terminal (taken in by a component written in equations)
     name: str
     power: sp.Expr
+    span: Span
+    kind: str = "power"  # "heat": a heat flow of the thermal part (dU/dt = Σ Q̇ in), never added to the power
+
+
+@record
+class ComponentPorts:
+    """A component with a thermal port and ports of another domain (a heating resistor): its first law
+    Σ P_in = Σ Q̇_out + dE/dt (LANGUAGE.md "Port domains"), in the states, inputs and parameters."""
+
+    name: str  # the instance ("" for the model itself)
+    power_in: sp.Expr  # Σ across·through over its non-thermal ports (power into it)
+    heat_out: sp.Expr  # Σ heat flow out of it over its thermal ports
+    energy: sp.Expr | None  # what its stores hold (thermal stores: U); None where it has states of plain equations
     span: Span
 
 
@@ -249,6 +266,10 @@ class SymbolicSystem:
     # power ports (effort, flow) and the terms of the power balance, where the formalism has them
     ports: tuple[Port, ...] = ()
     power_terms: tuple[PowerTerm, ...] = ()
+    # the internal energy U of the thermal stores (relative to their start), a part of ``energy``: their p-H energy
+    # only gives the temperature (T = ∂H/∂x) and is not counted; None without thermal stores
+    heat_energy: sp.Expr | None = None
+    components: tuple[ComponentPorts, ...] = ()  # components with thermal and other power ports (first-law checks)
     # how `show` tidies expressions: "simplify" (budgeted sympy simplify) or "expand-rational"
     # (networks: rational expressions expanded, which simplify would find slowly)
     display: str = "simplify"

@@ -58,10 +58,10 @@ from sympy.core.function import AppliedUndef
 
 from .. import symbols as S
 from ..diagnostics import Collector, PdslError, Span
-from ..resolve.model import Element, Junction, Model, Resistive, Source, Store, Structure, TwoPort
+from ..resolve.model import Element, Junction, Model, Resistive, Source, Store, Structure, Terminal, TwoPort
 from ..resolve.port_hamiltonian import port_symbols
 from .common import check_no_unsupported, make_state, resolve_input_laws
-from .ir import Algebraic, Constraint, Equation, Port, PowerTerm, SymbolicSystem, closed_input_laws
+from .ir import Algebraic, ComponentPorts, Constraint, Equation, Port, PowerTerm, SymbolicSystem, closed_input_laws
 from .registry import Formalism, LowerOptions, register
 from .structural import close as _close
 from .structural import closure as _closure  # noqa: F401 (used by the network solve)
@@ -77,9 +77,10 @@ __all__ = ["lower_port_hamiltonian", "is_rational", "PORT_HAMILTONIAN"]
 
 
 def lower_port_hamiltonian(model: Model) -> SymbolicSystem:
-    check_no_unsupported(model, {"hamiltonian"}, "port-Hamiltonian")
-    resolve_input_laws(model)
     structure = [e for e in model.elements if isinstance(e, Structure)]
+    # a network takes the plain equations that read its ports' values (a component written in equations, §9)
+    check_no_unsupported(model, {"hamiltonian"} if structure else {"hamiltonian", "equations"}, "port-Hamiltonian")
+    resolve_input_laws(model)
     if structure:
         return _iso_form(model, structure)
     return _network(model)
@@ -148,11 +149,16 @@ class _Net:
     signs: dict  # port -> sign in its junction
     states: list
     energy: sp.Expr
+    domains: dict  # port name -> its domain ("thermal", another domain, or "" where no port says)
+    heat_energy: sp.Expr | None = None  # U of the thermal stores (their states), a part of ``energy``
+    unknowns: tuple = ()  # algebraic variables of the model's plain equations (components written in equations)
+    owners: dict | None = None  # state symbol -> (name, span) of the store or variable it belongs to
 
 
 def _network(model: Model) -> SymbolicSystem:
     net = _collect(model)
     sol = _solve_network(net)
+    _check_switches(sol)
     subs = sol.subs
     reduced = {x for red in sol.reductions for x in red.states}
     rows = []
@@ -169,8 +175,62 @@ def _network(model: Model) -> SymbolicSystem:
     system = _system(model, tuple(net.states), tuple(rows), alg, alg_rows, net.energy, model.span, "port-hamiltonian")
     ports, terms = _ports(net, sol)
     return replace(system, constraints=constraints, invariants=constraints, projection=tuple(sol.directions or ()),
-                   ports=ports, power_terms=terms, display="expand-rational",
-                   constraints_title="Constraints between stores (index reduction; monitored)")
+                   ports=ports, power_terms=terms, display="expand-rational", heat_energy=net.heat_energy,
+                   components=_components(net, {p.name: p for p in ports}),
+                   outputs=_closed_outputs(model, sol), constraints_title="Constraints between stores (index reduction; monitored)")
+
+
+def _components(net: _Net, ports: dict) -> tuple[ComponentPorts, ...]:
+    """The components with a thermal port and ports of other domains (LANGUAGE.md "Port domains"): the power into
+    them, the heat out of them and the energy of their stores (None where they hold states of plain equations)."""
+    by_owner: dict[str, list] = {}
+    for pp in net.model.power_ports:
+        if pp.name in ports:
+            by_owner.setdefault(pp.owner, []).append((pp, ports[pp.name]))
+    stores = [el for el in net.model.elements if isinstance(el, Store)]
+    store_states = {el.state for el in stores}
+    out = []
+    for owner, items in by_owner.items():
+        if len({pp.domain == "thermal" for pp, _ in items}) < 2:
+            continue
+        inside = (lambda name: True) if not owner else (lambda name, pre=owner + ".": name.startswith(pre))
+        power = sp.Add(*(-pt.sign * pt.power for pp, pt in items if pp.domain != "thermal"))
+        heat_out = sp.Add(*(pt.sign * pt.power for pp, pt in items if pp.domain == "thermal"))
+        plain = [st for st in net.states if st.symbol not in store_states and inside(st.name)]
+        energy = None if plain else sp.Add(*(el.state if net.domains.get(el.name) == "thermal" else el.energy
+                                             for el in stores if inside(el.name)))
+        out.append(ComponentPorts(name=owner, power_in=_tidy(power), heat_out=_tidy(heat_out), energy=energy,
+                                  span=items[0][0].span))
+    return tuple(out)
+
+
+def _check_switches(sol) -> None:
+    """A switch (``sign``, a comparison of ``if``) whose argument the network leaves to an algebraic loop: its mode
+    would have to be chosen together with the unknowns it decides (a complementarity problem), which the simulator
+    does not do (it reads modes off the states) — refused where it is written, rather than integrated in a wrong mode."""
+    unknowns = set(sol.algebraics)
+    if not unknowns:
+        return
+    for r, span, label in sol.alg_eqs:
+        r = r.xreplace(sol.subs)
+        for node in sp.preorder_traversal(r):
+            if isinstance(node, sp.sign | sp.Heaviside | sp.core.relational.Relational) and node.free_symbols & unknowns:
+                names = ", ".join(sorted(_shown(u) for u in node.free_symbols & unknowns))
+                raise PdslError.at("AlgebraicSwitch", f"{label}: the switch {node} depends on {names}, which the "
+                                   "network only determines together with it (an algebraic loop)", span,
+                                   "a switch must be decided by the states: give the quantity it reads a state of its "
+                                   "own (an inertia, a spring, a capacitor at that port), or a source")
+
+
+def _closed_outputs(model: Model, sol) -> tuple:
+    """Outputs that read port values (``p.T``) or the algebraic variables of equations, in the network's solution."""
+    closed = {k: v for k, v in sol.subs.items() if k not in set(sol.algebraics)}
+    out = []
+    for o in model.outputs:
+        if o.expr.free_symbols & closed.keys():
+            o = replace(o, expr=_tidy(_close(o.expr, closed)))
+        out.append(o)
+    return tuple(out)
 
 
 def _ports(net: _Net, sol) -> tuple[tuple[Port, ...], tuple[PowerTerm, ...]]:
@@ -180,13 +240,18 @@ def _ports(net: _Net, sol) -> tuple[tuple[Port, ...], tuple[PowerTerm, ...]]:
     if sol.algebraics:
         return (), ()
     ports, terms = [], []
+    owners = {el.name: el.owner for el in net.model.elements if isinstance(el, Terminal)}
     for port, (role, span) in net.ports.items():
         e, f = port_symbols(port)
         sign = net.signs.get(port, 1)
-        pt = Port(name=port, role=role, sign=sign, effort=_close(e, sol.subs), flow=_close(f, sol.subs), span=span)
+        domain = net.domains.get(port, "")
+        pt = Port(name=port, role=role, sign=sign, effort=_close(e, sol.subs), flow=_close(f, sol.subs), span=span,
+                  domain=domain, owner=owners.get(port, ""))
         ports.append(pt)
-        if role in ("resistive", "source"):
-            terms.append(PowerTerm(role=role, name=port, power=-sign * _tidy(pt.power), span=span))
+        # a thermal resistive element passes its heat on (T·Q̇ is not a power): no term of either balance
+        if role in ("source", "terminal") or (role == "resistive" and domain != "thermal"):
+            terms.append(PowerTerm(role=role, name=port, power=-sign * _tidy(pt.power), span=span,
+                                   kind="heat" if domain == "thermal" else "power"))
     return tuple(ports), tuple(terms)
 
 
@@ -225,7 +290,7 @@ def _solve_network(net: _Net) -> _Solution:
     the rates, and the passes run again (index reduction by differentiation, at most MAX_DIFFERENTIATIONS times).
     """
     model = net.model
-    unknowns: set = set()
+    unknowns: set = set(net.unknowns)
     for port in net.ports:
         unknowns |= set(port_symbols(port))
     rates = {s.rate for s in net.states}
@@ -360,12 +425,12 @@ def _reduction(g, span, label, net: _Net, times: int) -> Reduction | None:
     if g == 0:
         return None
     states = {s.symbol: s for s in net.states}
-    stores = {el.state: el for el in model.elements if isinstance(el, Store)}
+    stores = net.owners or {}
     tied = sorted(g.free_symbols & set(states), key=lambda x: x.name)
     exogenous = {u.symbol for u in model.inputs if u.law is None} | {S.TIME}
     driven = sorted(g.free_symbols & exogenous, key=lambda x: x.name)
-    names = ", ".join(f"`{stores[x].name}` (line {stores[x].span.line})" for x in tied)
-    where = stores[tied[0]].span if tied else span
+    names = ", ".join(f"`{stores[x][0]}` (line {stores[x][1].line})" for x in tied)
+    where = stores[tied[0]][1] if tied else span
     if not tied:
         if driven:
             raise PdslError.at("ConflictingSources", f"the junctions force {g} = 0 between the sources at all times", span,
@@ -386,7 +451,7 @@ def _reduction(g, span, label, net: _Net, times: int) -> Reduction | None:
     order = ["once", "twice", "three times"][times] if times < 3 else f"{times + 1} times"
     text = (f"index reduction: the junctions tie stores {names.replace('`', '')}; differentiated {order}, states kept, "
             "start values projected onto it")
-    return Reduction(residual=g, stores=tuple((stores[x].name, stores[x].span) for x in tied), states=tuple(tied),
+    return Reduction(residual=g, stores=tuple(stores[x] for x in tied), states=tuple(tied),
                      origin=span, times=times + 1, label=text)
 
 
@@ -428,6 +493,8 @@ def _collect(model: Model) -> _Net:
                 diags.extend(err)
             for p in el.ports:
                 ports[f"{el.name}.{p}"] = ("twoport", el.span)
+        elif isinstance(el, Terminal):  # its effort and flow: fixed by the model's equations (below)
+            ports[el.name] = ("terminal", el.span)
     # Bonds. A named junction (and each port of a `connect` node, an alias of the node's junction) is a bond
     # target: every appearance of its name in another junction's list is one bond, named after the name written
     # there (a second appearance of the same name gets `name@parent`), so a ladder's 1-junction may be bonded to
@@ -483,7 +550,91 @@ def _collect(model: Model) -> _Net:
                         "list it in a `junction common_effort(...)` or `common_flow(...)`")
     _check_sources(model, junctions, ports, diags)
     diags.raise_if_any()
-    return _Net(model=model, equations=equations, ports=ports, signs=signs, states=states, energy=sp.Add(*energy_terms))
+    domains = _domains(model, junctions, ports, child_bonds, bond_name, diags)
+    diags.raise_if_any()
+    thermal = [el for el in model.elements if isinstance(el, Store) and domains.get(el.name) == "thermal"]
+    for el in thermal:
+        if el.integrates != "flow":
+            diags.error("BadElement", f"`{el.name}` is an effort store on a thermal port: it would integrate the "
+                        "temperature", el.span, "heat is stored by integrating the heat flow: `flow_store "
+                        f"{el.name}({el.state.name}) energy …` (T = ∂H/∂{el.state.name}, and {el.state.name} is the heat taken in)")
+    diags.raise_if_any()
+    if thermal:  # a thermal store's p-H energy only gives T = ∂H/∂x; its internal energy is the heat taken in, x
+        hot = {id(el) for el in thermal}
+        energy_terms = [el.state if id(el) in hot else el.energy for el in model.elements if isinstance(el, Store)]
+    plain_states, unknowns, plain_eqs = _plain_equations(model)
+    owners = {el.state: (el.name, el.span) for el in model.elements if isinstance(el, Store)}
+    owners.update({st.symbol: (st.name, st.span) for st in plain_states})
+    return _Net(model=model, equations=equations + plain_eqs, ports=ports, signs=signs, states=states + plain_states,
+                energy=sp.Add(*energy_terms), domains=domains,
+                heat_energy=sp.Add(*(el.state for el in thermal)) if thermal else None, unknowns=unknowns, owners=owners)
+
+
+def _plain_equations(model: Model) -> tuple[list, tuple, list]:
+    """The plain equations a network takes (they read its ports' values, LANGUAGE.md §9): the variables under
+    der(...) become states, the others unknowns solved with the port variables; der(x) becomes the rate of x."""
+    if not model.equations:
+        return [], (), []
+    used = set().union(*(e.lhs.free_symbols | e.rhs.free_symbols for e in model.equations))
+    variables = [v for v in model.variables if v.kind == "var"]
+    states = [make_state(v.name, v.symbol, v.start, v.span) for v in variables if S.der(v.symbol) in used]
+    to_rate = {S.der(st.symbol): st.rate for st in states}
+    unknowns = tuple(v.symbol for v in variables if S.der(v.symbol) not in used)
+    eqs = []
+    for e in model.equations:
+        r = (e.lhs - e.rhs).xreplace(to_rate)
+        if r == 0:
+            raise PdslError.at("TrivialEquation", "this equation is always true (0 = 0)", e.span)
+        eqs.append((r, e.span, "equation"))
+    return states, unknowns, eqs
+
+
+def _domains(model: Model, junctions, ports: dict, child_bonds: dict, bond_name: dict, diags: Collector) -> dict:
+    """The domain of every port of the network: the ports bonded through junctions share one (a two-port's two
+    sides are apart). Nodes of `connect`, open ports and terminals say which (pdsl.compose); a group with a thermal
+    port and a port of another domain, or a two-port on a thermal side, is refused (T·Q̇ is not a power)."""
+    parent: dict = {}
+
+    def find(k):
+        parent.setdefault(k, k)
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+
+    for j in junctions:
+        for idx, (_sign, port, _span) in enumerate(j.members):
+            parent[find(bond_name.get((id(j), idx), port))] = find(("junction", id(j)))
+        for _sign, name, _span in child_bonds.get(id(j), []):
+            parent[find(name)] = find(("junction", id(j)))
+    tags: dict = {}
+    where: dict = {}
+    for j in junctions:
+        if j.domain:
+            tags.setdefault(find(("junction", id(j))), set()).add(j.domain)
+            where.setdefault(find(("junction", id(j))), j.span)
+    for el in model.elements:
+        domain = getattr(el, "domain", "") if isinstance(el, Source | Terminal) else ""
+        if domain and el.name in ports:
+            tags.setdefault(find(el.name), set()).add(domain)
+            where.setdefault(find(el.name), el.span)
+    meet: dict = {}  # the first junction of a group: where its ports meet
+    for j in junctions:
+        meet.setdefault(find(("junction", id(j))), j.span)
+    for root, found in tags.items():
+        if "thermal" in found and len(found) > 1:
+            other = sorted(found - {"thermal"})[0]
+            article = "an" if other[0] in "aeiou" else "a"
+            diags.error("DomainMismatch", f"a thermal port and {article} {other} port meet at one junction: temperature "
+                        "and heat flow are not a power pair", meet.get(root, where[root]), "a component that turns power into heat writes the "
+                        "heat flow by an equation (`heat.Q_flow = -(p.v - n.v)*p.i`), see std:thermal HeatingResistor")
+    domains = {p: next(iter(tags[find(p)])) if len(tags.get(find(p), ())) == 1 else "" for p in ports}
+    for el in model.elements:
+        if isinstance(el, TwoPort) and any(domains.get(f"{el.name}.{p}") == "thermal" for p in el.ports):
+            diags.error("DomainMismatch", f"{el.form} `{el.name}` has a thermal side: a two-port conserves power, and "
+                        "temperature × heat flow is not a power", el.span,
+                        "join thermal parts by junctions, conductors and sources only")
+    return domains
 
 
 def double_bonds(model: Model) -> list:
@@ -628,7 +779,7 @@ def _claims(model: Model) -> bool:
     return bool(model.elements)
 
 
-_CAUSALITY_ERRORS = {"DependentStorage", "ConflictingSources", "UnbalancedSystem"}
+_CAUSALITY_ERRORS = {"DependentStorage", "ConflictingSources", "UnbalancedSystem", "AlgebraicSwitch"}
 MAX_OPEN_PORTS = 6
 
 
@@ -657,6 +808,7 @@ def _lower_network(model: Model, options: LowerOptions) -> SymbolicSystem:
     guess = tuple(e.imposes for e in opened)
     flips = sorted(range(2 ** len(opened)), key=lambda m: bin(m).count("1"))
     first_error = None
+    implicit = None  # the first assignment that lowers only with algebraic unknowns: kept while an explicit one is sought
     for mask in flips:
         kinds = tuple(("flow" if k == "effort" else "effort") if mask >> i & 1 else k for i, k in enumerate(guess))
         chosen = {e.name: k for e, k in zip(opened, kinds)}
@@ -665,11 +817,17 @@ def _lower_network(model: Model, options: LowerOptions) -> SymbolicSystem:
                          if isinstance(e, Source) and e.open_port and e.name in chosen else e for e in model.elements)
         trial = replace(model, elements=elements, inputs=tuple(u for u in model.inputs if u.symbol not in unused))
         try:
-            return lower_port_hamiltonian(trial)
+            system = lower_port_hamiltonian(trial)
         except PdslError as err:
             if not set(err.codes) & _CAUSALITY_ERRORS:
                 raise
             first_error = first_error or err
+            continue
+        if not system.algebraics:
+            return system
+        implicit = implicit or system
+    if implicit is not None:
+        return implicit
     raise first_error
 
 

@@ -283,8 +283,31 @@ def solve_linear(eqs, remaining):
 
 
 @record
+class HeatBalance:
+    """The first law of a system's thermal part (LANGUAGE.md "Port domains"): dU/dt = Σ Q̇ in, in W, with U the
+    internal energy of its heat stores; temperature × heat flow is never counted as a power."""
+
+    U: sp.Expr
+    dUdt: sp.Expr
+    terms: tuple[tuple[str, str, sp.Expr], ...]  # (role, name, heat flow into the thermal part)
+    residual: sp.Expr  # dU/dt − Σ Q̇ in: zero when no heat is made or lost inside the thermal part
+
+
+@record
+class ComponentBalance:
+    """Σ P_in = Σ Q̇_out + dE/dt of a component with power ports and a thermal port (a heating resistor)."""
+
+    name: str  # the instance ("" for the model itself)
+    power_in: sp.Expr
+    heat_out: sp.Expr
+    dEdt: sp.Expr | None  # None: the component holds states of plain equations, whose energy is not declared
+    residual: sp.Expr | None  # P_in − Q̇_out − dE/dt: zero when the power it takes in leaves as heat or is stored
+
+
+@record
 class PowerBalance:
-    """dE/dt = supplied − dissipated, per term (C1), with its symbolic verification."""
+    """dE/dt = supplied − dissipated, per term (C1), with its symbolic verification; for a model with thermal
+    ports also the heat balance of its thermal part and the first law of each component that turns power into heat."""
 
     dHdt: sp.Expr
     terms: tuple[tuple[str, str, sp.Expr], ...]  # (role, name, power: + supplied / − dissipated)
@@ -292,6 +315,14 @@ class PowerBalance:
     # constraints g(x) = 0 (an index-reduced network): the balance is checked on them (a store's port effort is the
     # junction's, equal to its ∂H/∂x only where g = 0); empty when it holds identically
     modulo: tuple[sp.Expr, ...] = ()
+    heat: HeatBalance | None = None
+    components: tuple[ComponentBalance, ...] = ()
+
+    @property
+    def holds(self) -> bool:
+        """Every balance vanishes identically (power, heat and each component's first law)."""
+        return (self.residual == 0 and (self.heat is None or self.heat.residual == 0)
+                and all(c.residual == 0 for c in self.components))
 
 
 def symbols_in(exprs, wanted: set) -> set:
@@ -382,14 +413,41 @@ def power_balance(system: SymbolicSystem) -> PowerBalance:
         raise PdslError.at("NotYetSupported", "the power audit of systems with algebraic unknowns is not implemented yet",
                            system.span)
     rates = {s.symbol: e.rhs for s, e in zip(system.states, system.differential)}
-    dHdt = sum((sp.diff(system.energy, x) * f for x, f in rates.items()), sp.Integer(0))
-    terms = tuple((t.role, t.name, t.power) for t in system.power_terms)
+    states = {s.symbol for s in system.states}
+    heat_energy = system.heat_energy if system.heat_energy is not None else sp.Integer(0)
+    thermal = system.heat_energy is not None or any(t.kind == "heat" for t in system.power_terms)
+    energy = system.energy - heat_energy if thermal else system.energy
+    dHdt = _rate_of(energy, rates)
+    terms = tuple((t.role, t.name, t.power) for t in system.power_terms if t.kind != "heat")
     residual = zero_or_residual(dHdt - sum((t[2] for t in terms), sp.Integer(0)))
+    constraints = tuple(c.residual for c in system.constraints)
+
+    def checked(r):
+        r = zero_or_residual(r)
+        return zero_or_residual(on_manifold(r, constraints, states)) if r != 0 and constraints else r
+
     modulo = ()
-    if residual != 0 and system.constraints:
-        modulo = tuple(c.residual for c in system.constraints)
-        residual = zero_or_residual(on_manifold(residual, modulo, {s.symbol for s in system.states}))
-    return PowerBalance(dHdt=tidy(dHdt), terms=terms, residual=residual, modulo=modulo)
+    if residual != 0 and constraints:
+        modulo = constraints
+        residual = checked(residual)
+    heat = None
+    if thermal:
+        dUdt = _rate_of(heat_energy, rates)
+        heat_terms = tuple((t.role, t.name, t.power) for t in system.power_terms if t.kind == "heat")
+        heat = HeatBalance(U=heat_energy, dUdt=tidy(dUdt), terms=heat_terms,
+                           residual=checked(dUdt - sum((t[2] for t in heat_terms), sp.Integer(0))))
+    components = []
+    for c in system.components:
+        dEdt = None if c.energy is None else tidy(_rate_of(c.energy, rates))
+        components.append(ComponentBalance(name=c.name, power_in=c.power_in, heat_out=c.heat_out, dEdt=dEdt,
+                                           residual=None if dEdt is None else checked(c.power_in - c.heat_out - dEdt)))
+    return PowerBalance(dHdt=tidy(dHdt), terms=terms, residual=residual, modulo=modulo, heat=heat,
+                        components=tuple(components))
+
+
+def _rate_of(expr, rates) -> sp.Expr:
+    """d/dt of an expression of the states: Σ ∂e/∂x·ẋ."""
+    return sum((sp.diff(expr, x) * f for x, f in rates.items()), sp.Integer(0))
 
 
 def on_manifold(expr, constraints, states):

@@ -332,6 +332,7 @@ class SourceStmt(Stmt):
     index: tuple[Expr, ...] = ()
     name_span: Span | None = None
     open_port: bool = False  # made by pdsl.compose for a power port left open: the lowering picks its causality
+    domain: str = ""  # made by pdsl.compose (open port): the port's domain (``thermal`` ports carry heat, not power)
 
 
 @record
@@ -359,6 +360,7 @@ class JunctionStmt(Stmt):
     # in its own model's junction: the junction's name is the first port, ``aliases`` are the others
     aliases: tuple[str, ...] = ()
     node: bool = False
+    domain: str = ""  # the domain of the connected ports (a node made by `connect`)
 
 
 @record
@@ -441,6 +443,31 @@ class InterfaceStmt(Stmt):
     domain: str
     across: Expr
     across_is: str  # effort | flow
+
+
+@record
+class PowerPortStmt(Stmt):
+    """Made by :mod:`pdsl.compose` for every power port (``port p: thermal``): how its values ``p.across``,
+    ``p.through`` and the domain's aliases (``p.T``, ``p.Q_flow``) read the port's bond variables ``p.e``, ``p.f``.
+    ``sign`` is the port's sign in its model's junction (−1 for ``-p``: the bond's power flows into the model);
+    ``owner`` is the instance that declares it (``heater`` for ``heater.heat``; "" for the top model)."""
+
+    name: str
+    domain: str
+    across_is_effort: bool
+    sign: int
+    owner: str
+
+
+@record
+class TerminalStmt(Stmt):
+    """Made by :mod:`pdsl.compose` for a power port that no junction of its model lists (a component written in
+    equations, ``p.v - n.v = R*p.i``): a one-port with no relation of its own, bonded to the port, whose effort and
+    flow the model's equations fix."""
+
+    name: str
+    domain: str
+    owner: str
 
 
 @record

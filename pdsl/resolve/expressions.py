@@ -212,7 +212,13 @@ class ElementRef(Ref):
     name: str
     element_kind: str
     ports: tuple[str, ...] = ()  # the two ports of a transformer or gyrator
+    port: object = None  # a power port of the model (``p: thermal``): its values (pdsl.resolve.model.PowerPort)
     kind = "element"
+
+
+# the names of a power port's values besides `across` and `through` (LANGUAGE.md §9)
+PORT_VALUE_NAMES = {"electrical": ("v", "i"), "translational": ("v", "f"), "rotational": ("w", "tau"),
+                    "hydraulic": ("p", "Q"), "thermal": ("T", "Q_flow")}
 
 
 def _as_list(v, span, what):
@@ -644,6 +650,15 @@ class Evaluator:
                 raise PdslError.at("UnknownName", f"slider `{base.name}` has no attribute `{e.name}`", e.span,
                                    "a named slider has .position and .rate")
             return base.position if e.name == "position" else base.rate
+        if isinstance(base, ElementRef) and base.port is not None:  # a power port's values (LANGUAGE.md §9)
+            port = base.port
+            across, through = PORT_VALUE_NAMES.get(port.domain, ("", ""))
+            if e.name in ("across", across):
+                return port.across
+            if e.name in ("through", through):
+                return port.through
+            raise PdslError.at("UnknownName", f"{port.domain} port `{port.name}` has no value `{e.name}`", e.span,
+                               f"its values: across (= {across}), through (= {through})")
         if isinstance(base, PointRef):  # r.at([…]).y, ground.at([…]).x: the components of any point
             if e.name in _AXES[: len(base.position)]:
                 return base.position[_AXES.index(e.name)]

@@ -258,6 +258,7 @@ class Source:
     span: Span
     open_port: bool = False
     interface: bool = False
+    domain: str = ""  # the domain of an open port (``thermal``: the source supplies heat, not power)
 
 
 @record
@@ -287,6 +288,7 @@ class Junction:
     members: tuple[tuple[int, str, Span], ...]
     span: Span
     aliases: tuple[str, ...] = ()
+    domain: str = ""  # a node of connected ports: their domain
 
 
 @record
@@ -301,7 +303,33 @@ class Structure:
     name: None = None
 
 
-Element = Store | Resistive | Source | TwoPort | Junction | Structure
+@record
+class Terminal:
+    """A power port of a component written in equations (``p.v - n.v = R*p.i``): a one-port with no relation of its
+    own, bonded to the port; the model's equations fix its effort and flow (LANGUAGE.md §9)."""
+
+    kind: ClassVar[str] = "terminal"
+    name: str
+    domain: str
+    owner: str  # the instance that declares the port ("" for the top model)
+    span: Span
+
+
+Element = Store | Resistive | Source | TwoPort | Junction | Structure | Terminal
+
+
+@record
+class PowerPort:
+    """A power port's values (LANGUAGE.md §9): ``p.across`` and ``p.through`` (through = into the port's model) in
+    the symbols of the port's bond; ``terminal``: a component written in equations fixes them."""
+
+    name: str
+    domain: str
+    across: sp.Symbol
+    through: sp.Expr
+    owner: str
+    terminal: bool
+    span: Span
 
 
 @record
@@ -377,6 +405,7 @@ class Model:
     ties: tuple[KinematicTie, ...] = ()
     groups: tuple[Group, ...] = ()
     events: tuple[Event, ...] = ()
+    power_ports: tuple[PowerPort, ...] = ()
     unsupported: tuple[tuple[str, Span], ...] = field(default=())
     # the picture (`draw point`, `draw line`): read by animations and snapshots only, never by the equations
     drawn_points: tuple[DrawnPoint, ...] = ()

@@ -65,7 +65,8 @@ def resolve_ph(stmt: A.Stmt, ev: Evaluator, *, name: str | None = None, state: s
         return Resistive(name=name, relation=relation, e=e, f=f, dissipative="dissipative" in flags, span=stmt.span)
     if isinstance(stmt, A.SourceStmt):
         value = ev.scalar(stmt.value, f"the value of source `{name}`")
-        return Source(name=name, imposes=stmt.kind.split("_")[0], value=value, open_port=stmt.open_port, span=stmt.span)
+        return Source(name=name, imposes=stmt.kind.split("_")[0], value=value, open_port=stmt.open_port, span=stmt.span,
+                      domain=stmt.domain)
     if isinstance(stmt, A.TwoPortStmt):
         if stmt.port_a == stmt.port_b:
             raise PdslError.at("DuplicateDefinition", f"the two ports of `{name}` have the same name", stmt.span)
@@ -85,7 +86,8 @@ def resolve_ph(stmt: A.Stmt, ev: Evaluator, *, name: str | None = None, state: s
         members = tuple(_member(m, local) for m, local in pairs)
         if len(members) < 2 and not stmt.node and not stmt.name:  # a named junction's bonds count too (lowering)
             raise PdslError.at("BadJunction", "a junction connects at least two ports", stmt.span)
-        return Junction(name=name, form=stmt.kind, members=members, aliases=tuple(stmt.aliases), span=stmt.span)
+        return Junction(name=name, form=stmt.kind, members=members, aliases=tuple(stmt.aliases), span=stmt.span,
+                        domain=stmt.domain)
     if isinstance(stmt, A.StructureStmt):
         if stmt.args:
             raise PdslError.at("WrongArity", "structure takes named matrices: J = ..., R = ..., B = ...", stmt.args[0].span)

@@ -7,6 +7,7 @@ statement and raised together.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import gc
 import itertools
@@ -22,7 +23,7 @@ from .. import symbols as S
 from ..diagnostics import Collector, PdslError, Span
 from ..parse import ast as A
 from . import model as M
-from .port_hamiltonian import JUNCTION_KINDS, resolve_ph
+from .port_hamiltonian import JUNCTION_KINDS, port_symbols, resolve_ph
 from .expressions import (
     ArrayRef,
     IndexedArray,
@@ -184,6 +185,7 @@ class _Resolver:
                 continue
             self._guard(h, stmt, out)
         self._declare_elements(body)
+        self._guard(self._declare_power_ports, body, out)
         for stmt in body:  # named joints, then kinematic ports (their velocities may use the joints)
             if isinstance(stmt, A.ConnectorStmt) and stmt.name:
                 self._guard(self._declare_joint, stmt)
@@ -631,6 +633,8 @@ class _Resolver:
             elif isinstance(stmt, A.JunctionStmt) and stmt.name:
                 self._guard(self._declare_ph_name, stmt, stmt.name, stmt.index, stmt.name_span, "element",
                             lambda n: ElementRef(n, "junction"), arrays)
+            elif isinstance(stmt, A.TerminalStmt):  # a port of a component written in equations (pdsl.compose)
+                self._guard(lambda _s, stmt=stmt: self._bind(stmt.name, "element", stmt.span, ElementRef(stmt.name, "terminal")), None)
             elif isinstance(stmt, A.InterfaceStmt):  # the p-H side of an interface is a source named after the port
                 self._guard(lambda _s, stmt=stmt: self._bind(stmt.port, "element", stmt.span, ElementRef(stmt.port, "source")), None)
             if isinstance(stmt, A.JunctionStmt) and stmt.name:
@@ -644,6 +648,25 @@ class _Resolver:
             what = "element" if a["kind"] == "element" else "store state"
             value = IndexedArray(name, min(indices, default=0), items, indices=indices, what=what)
             self._guard(lambda _s, name=name, a=a, value=value: self._bind(name, a["kind"], a["span"], value), None)
+
+    def _declare_power_ports(self, body, out) -> None:
+        """Each power port's values (``p.across``, ``p.T``; LANGUAGE.md §9), attached to its name: the port's bond
+        variables ``p.e``, ``p.f`` (pdsl.compose says which is the across value and the port's sign in its junction;
+        the through value is what flows into the port's model)."""
+        found = out.setdefault("power_ports", [])
+        for stmt in body:
+            if not isinstance(stmt, A.PowerPortStmt):
+                continue
+            decl = self.names.get(stmt.name)
+            if decl is None or not isinstance(decl.value, ElementRef):
+                continue  # not part of a network: its connection failed (already reported)
+            e, f = port_symbols(stmt.name)
+            across, other = (e, f) if stmt.across_is_effort else (f, e)
+            port = M.PowerPort(name=stmt.name, domain=stmt.domain, across=across, through=-stmt.sign * other,
+                               owner=stmt.owner, terminal=f"{stmt.name}.terminal" in self.names, span=stmt.span)
+            decl.value = dataclasses.replace(decl.value, port=port)
+            found.append(port)
+        self._scope_cache.clear()
 
     def _declare_ph_name(self, stmt, name: str, index: tuple, span: Span | None, kind: str, make, arrays: dict) -> None:
         """One element (or store state) name: a scalar, or the entries ``name[i]`` its ``for`` clause declares."""
@@ -864,6 +887,8 @@ class _Resolver:
             A.StructureStmt: self._ph_element,
             A.InterfaceStmt: self._interface,
             A.KinematicTieStmt: self._tie,
+            A.TerminalStmt: self._terminal,
+            A.PowerPortStmt: lambda stmt, bind, out: None,  # pass 1 (_declare_power_ports)
             A.GroupStmt: self._group,
             A.ConstraintLearnStmt: self._learned_constraint,
             A.DistributionStmt: self._pending_distribution,
@@ -1278,6 +1303,9 @@ class _Resolver:
                                              across_is=stmt.across_is, placeholder=placeholder, span=stmt.span))
         kind = "flow" if stmt.across_is == "flow" else "effort"
         out["elements"].append(M.Source(name=stmt.port, imposes=kind, value=placeholder, interface=True, span=stmt.span))
+
+    def _terminal(self, stmt: A.TerminalStmt, bind, out) -> None:
+        out["elements"].append(M.Terminal(name=stmt.name, domain=stmt.domain, owner=stmt.owner, span=stmt.span))
 
     def _tie(self, stmt: A.KinematicTieStmt, bind, out) -> None:
         a, b = self.names.get(stmt.a), self.names.get(stmt.b)

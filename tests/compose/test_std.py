@@ -20,7 +20,11 @@ COMPONENTS = [(f, m.name) for f in STD_FILES for m in load_models(f)]
 def test_the_library_has_what_the_language_promises():
     names = {n for _, n in COMPONENTS}
     for want in ("Resistor", "Capacitor", "Inductor", "VoltageSource", "CurrentSource", "Ground", "Mass", "Inertia",
-                 "Spring", "Damper", "Force", "Torque", "Fixed", "DCMotor", "PID", "Gain", "SmoothStep", "Sine", "Link"):
+                 "Spring", "Damper", "Force", "Torque", "Fixed", "DCMotor", "PID", "Gain", "SmoothStep", "Sine", "Link",
+                 # LANGUAGE.md "Port domains": thermal, hydraulic and the gear/clutch parts
+                 "HeatCapacitor", "ThermalConductor", "FixedTemperature", "PrescribedHeatFlow", "Convection",
+                 "HeatingResistor", "Tank", "Orifice", "Pipe", "PressureSource", "FlowSource", "Gearbox", "GearLoss",
+                 "Clutch"):
         assert want in names, want
 
 
@@ -31,6 +35,9 @@ def test_every_component_checks_on_its_own_and_conserves_power(path, name):
         return  # signal blocks and multibody parts exchange no port power
     pb = power_balance(system)
     assert pb.residual == 0, (name, pb.residual)
+    # thermal parts: the heat balance dU/dt = Σ Q̇ in; a part with power and heat ports: Σ P_in = Σ Q̇_out + dE/dt
+    assert pb.holds, (name, pb.heat, pb.components)
+    assert (pb.heat is not None) == any(p.domain == "thermal" for p in system.ports), name
     # the open ports appear as sources whose power is what flows in through them
     assert any(t.role == "source" for t in system.power_terms)
 
