@@ -418,4 +418,4 @@ def test_docs_run_as_written(path, tmp_path):
         if argv is None or argv[:1] == ["sweep"] and "ray" in argv or any(a.startswith("--track") for a in argv):
             continue  # optional extras and services
         proc = subprocess.run([pdsl, *argv], cwd=tmp_path, capture_output=True, text=True, timeout=3600)
-        assert proc.returncode == 0, f"{cmd.where()}\n{proc.stderr[-2000:]}"
+        assert proc.returncode == (2 if cmd.expect_error else 0), f"{cmd.where()}\n{proc.stderr[-2000:]}"
