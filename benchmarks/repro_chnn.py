@@ -116,6 +116,12 @@ def pdsl_count(kind: str, N: int, hidden: int) -> int:
     return make_layout(c.numeric, c.model, []).n_theta
 
 
+def sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
 def weight_init(kind: str, N: int) -> str:
     """How the model file draws its networks' initial weights (`mlp(init = …)`), from pdsl's resolved model."""
     model = pdsl.load_models(MODELS / f"{kind}{N}.phm", consts={"H": 4})[0]
@@ -182,7 +188,8 @@ def fit(work: Path, kind: str, N: int, hidden: int, epochs: int, train_csv: Path
     params = json.loads((out / "params.json").read_text())
     hist = np.genfromtxt(out / "history.csv", delimiter=",", names=True)
     reached = int(params["epochs"])
-    return {"dir": out, "wall": float(np.sum(hist["seconds"])), "wall_this_call": time.perf_counter() - t0,
+    model_file = MODELS / f"{kind}{N}.phm"
+    return {"dir": out, "init": weight_init(kind, N), "model_sha256": sha256(model_file), "wall": float(np.sum(hist["seconds"])), "wall_this_call": time.perf_counter() - t0,
             "train_loss": params["train_loss"], "epochs": reached, "target_epochs": epochs, "partial": partial,
             "s_per_epoch": float(np.mean(hist["seconds"])), "params": params,
             "loss_at": {e: float(hist["train"][e - 1]) for e in sorted({1, max(1, reached // 10), max(1, reached // 2), reached})}}
@@ -262,7 +269,12 @@ def main(argv=None) -> int:
             args.systems = [3]
         args.kinds = args.kinds or ["chnn", "hnn"]
     kinds = tuple(args.kinds or KINDS)
-    args.out = args.out or str(HERE / ("results_chnn_full.md" if args.full else "results_chnn.md"))
+    work_dir = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="repro_chnn_"))
+    args.work = str(work_dir)
+    # a smoke run never overwrites a committed result: its report goes to the work directory
+    args.out = args.out or str(work_dir / "results_chnn_quick.md" if args.quick else
+                               HERE / ("results_chnn_full.md" if args.full else "results_chnn.md"))
+    argv_text = " ".join(sys.argv[1:] if argv is None else argv)
     if args.resume and not args.work:
         ap.error("--resume needs the --work directory of the run to continue")
     deadline = time.time() + (args.budget if args.budget is not None else float("inf"))
@@ -271,7 +283,7 @@ def main(argv=None) -> int:
     n_test = args.n_test or (10 if args.quick else 100)
     ep = args.epochs or ([3] if args.quick else [600])
     epochs = dict(zip(KINDS, ep * 3 if len(ep) == 1 else ep))
-    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="repro_chnn_"))
+    work = work_dir
     work.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
     load0 = os.getloadavg()
@@ -320,7 +332,7 @@ def main(argv=None) -> int:
     write_report(Path(args.out), results, dict(hidden=hidden, n_train=n_train, n_test=n_test, epochs=epochs, lr=args.lr,
                                                seed=args.seed, quick=args.quick, work=str(work), full=args.full,
                                                kinds=kinds, dtype=args.dtype, systems=args.systems,
-                                               seconds=time.perf_counter() - t_start, load0=load0))
+                                               seconds=time.perf_counter() - t_start, load0=load0, argv=argv_text))
     log(f"-> {args.out} ({time.perf_counter() - t_start:.0f} s)")
     return 0
 
@@ -350,6 +362,17 @@ def write_report(path: Path, results: dict, s: dict) -> None:
         f"{os.cpu_count()} cores shared with other jobs, load average {s['load0'][0]:.1f} → {load1[0]:.1f}; torch "
         f"{torch.__version__}). Every number below was measured in that run. See [docs/benchmarks.md](../docs/benchmarks.md).",
         "",
+        f"Command: `python benchmarks/repro_chnn.py {s.get('argv', '')}`".rstrip() + "",
+        "",
+        "Model files (sha256 when each fit ran; the weight draw is what the fitted model file declared then):",
+        "",
+        table(["system", "model", "file", "sha256", "initial weights"],
+              [[f"{N}-pendulum", LABEL[k], f"benchmarks/models/{k}{N}.phm", f"`{r[k]['fit'].get('model_sha256', '?')}`",
+                r[k]["fit"].get("init", "not recorded by this run")]
+               for N, r in results.items() for k in KINDS if k in r]
+              + [[f"{N}-pendulum", "true model (data)", f"models/pendulum{N}.phm", f"`{sha256(ROOT / 'models' / f'pendulum{N}.phm')}`", "–"]
+                 for N in results]),
+        "",
         ("## Settings: the paper's scale (width 256, 2000 epochs); see the epochs column for how far each fit got"
          if s.get("full") else "## Settings (reduced from the paper so that the study runs in under an hour on 2 cores)"),
         "",
@@ -357,8 +380,9 @@ def write_report(path: Path, results: dict, s: dict) -> None:
             ["training data", f"{s['n_train']} trajectories, one random 5-sample chunk each (A4.2)", "800, one chunk each"],
             ["test data", f"{s['n_test']} trajectories × 100 samples (3 s), other seeds", "100 × 100"],
             ["MLP width (3 hidden layers, tanh)", f"{s['hidden']}", "256"],
-            ["initial weights (`mlp(init = …)` in the model files)",
-             "; ".join(f"{LABEL[k]}: {weight_init(k, N)}" for N in s.get("systems", [3]) for k in s.get("kinds", KINDS)),
+            ["initial weights (`mlp(init = …)`, recorded by each fit)",
+             "; ".join(f"{LABEL[k]} {N}: {results[N][k]['fit'].get('init', 'not recorded')}" for N in results
+                       for k in KINDS if k in results[N]),
              "orthogonal (`torch.nn.init.orthogonal_`), every network"],
             ["epochs (" + " / ".join(LABEL[k] for k in s.get("kinds", KINDS)) + ")",
              " / ".join(str(e[k]) for k in s.get("kinds", KINDS)), "2000"],
@@ -428,7 +452,16 @@ def write_report(path: Path, results: dict, s: dict) -> None:
         "(paper: 269,322). The column \"pdsl\" is what `pdsl fit` itself finds in the model files at `--const H=256`.",
         "",
     ]
-    path.write_text("\n".join(md))
+    single = len(results) == 1
+    summary = []
+    for N, res in results.items():
+        for kind in (k for k in KINDS if k in res):
+            summary.append(f"{kind}{'' if single else N}_err={res[kind]['score']['geo']['mean']:.6g}")
+            summary.append(f"{kind}{'' if single else N}_epochs={res[kind]['fit']['epochs']}")
+    md.append("summary: " + " ".join(summary))
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text("\n".join(md) + "\n")
+    tmp.replace(path)
 
 
 if __name__ == "__main__":
