@@ -168,6 +168,8 @@ def operating_point(num: NumericSystem, at: Mapping[str, PointValue] | None = No
     if num.invariants.size1_out(0):
         proj = Projector(num).project(x, p, t, keep=[n for n in at if n in num.x_names])
         x, moved = proj.x, proj.changes
+        gone = {n for n, _, _ in moved}
+        exact = tuple((n, e) for n, e in exact if n not in gone)  # a given value the projection moved is not exact
     z = _algebraic(num, x, u, p, t)
     return OperatingPoint(t=t, x=x, z=z, u=u, p=p, given=given, exact=exact, moved=moved)
 

@@ -18,7 +18,8 @@ from ..records import record
 __all__ = ["SymbolicMatrices", "symbolic_matrices", "MAX_SYMBOLIC_STATES"]
 
 MAX_SYMBOLIC_STATES = 12
-_TIDY_OPS = 200  # entries larger than this are shown as derived (cancel only)
+_TIDY_OPS = 200  # entries with floats larger than this are shown as derived
+_TIDY_OPS_EXACT = 2000  # entries without floats (rational functions of the parameters): cancel is fast on these
 
 
 @record(kw_only=False, slots=False)
@@ -50,13 +51,14 @@ def symbolic_matrices(system, lin) -> SymbolicMatrices:
     zs = [a.symbol for a in system.algebraics]
     us = [u.symbol for u in system.exogenous_inputs]
     exact = dict(pt.exact)
+    scale = 1.0 + max((abs(float(v)) for v in (*pt.x, *pt.z, *pt.u)), default=0.0)
     at = {}
     for s, v in zip(system.states, pt.x):
-        at[s.symbol] = exact.get(s.name, sp.Float(float(v), 17))
+        at[s.symbol] = exact.get(s.name, _value(v, scale))
     for a, v in zip(system.algebraics, pt.z):
-        at[a.symbol] = sp.Float(float(v), 17)
+        at[a.symbol] = _value(v, scale)
     for u, v in zip(system.exogenous_inputs, pt.u):
-        at[u.symbol] = exact.get(u.name, sp.Float(float(v), 17))
+        at[u.symbol] = exact.get(u.name, _value(v, scale))
     from .. import symbols as S
 
     at[S.TIME] = sp.Float(pt.t)
@@ -134,12 +136,37 @@ def _tangent(system, lin, xs, at) -> sp.Matrix:
     return V
 
 
+def _value(v, scale: float) -> sp.Expr:
+    """A value a solver found (or a start value) as a sympy number. Within 1e-12 of the point's scale of a fraction
+    with a denominator up to 1000 it is that fraction: round-off zeros (a trimmed velocity of 1e-22) vanish instead
+    of leaving terms of 1e-16 in the matrices, and −0.4999999999999999 (a body's centre at −L/2) is −1/2. Display
+    only: the numeric matrices use the values as they are."""
+    from fractions import Fraction
+
+    v = float(v)
+    f = Fraction(v).limit_denominator(1000)
+    if abs(v - float(f)) <= 1e-12 * scale:
+        return sp.Rational(f.numerator, f.denominator)
+    return sp.Float(v, 17)
+
+
 def _tidy(e: sp.Expr) -> sp.Expr:
-    """A rational function of the parameters in lowest terms (sympy's cancel, then common factors pulled out)."""
-    if not e.free_symbols:
+    """A rational function of the parameters in lowest terms (sympy's cancel, then common factors pulled out); an
+    entry larger than ``_TIDY_OPS`` operations is shown as derived (cancel on large expressions full of floats takes
+    minutes: a rigid pendulum's 12-state entries took 4 min)."""
+    limit = _TIDY_OPS if e.has(sp.Float) else _TIDY_OPS_EXACT
+    if not e.free_symbols or not _small(e, limit):
         return e
     try:
         c = sp.cancel(sp.together(e))
-        return sp.factor_terms(c) if sp.count_ops(c) <= _TIDY_OPS else c
+        return sp.factor_terms(c) if _small(c, limit) else c
     except (sp.PolynomialError, TypeError, ValueError):
         return e
+
+
+def _small(e: sp.Expr, limit: int) -> bool:
+    """At most ``limit`` operations, without walking all of a huge expression."""
+    for k, _ in enumerate(sp.preorder_traversal(e)):
+        if k > 8 * limit:
+            return False
+    return sp.count_ops(e) <= limit

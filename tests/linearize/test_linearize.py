@@ -206,6 +206,32 @@ def test_slider_crank_frequency_matches_the_reduced_lagrangian(formulation):
     assert _rel(_frequencies(lin), [omega]) < 1e-9
 
 
+RIGID = """
+model RigidPendulum
+  space 2
+  param L = 1, m = 2, w = 0.1, g = 9.81
+  body bar = rigid(dim = 2, mass = m, moments = [L^2/12, w^2/12])
+  joint pivot: ground, bar.at([-L/2, 0])
+  gravity g
+end
+"""
+
+
+@pytest.mark.parametrize("formulation", ["hamiltonian", "lagrangian"])
+def test_rigid_bar_pendulum_frequency_numeric_and_symbolic(formulation):
+    """A bar pivoted at its end: ω² = m g (L/2) / I_pivot = 6 g L / (4 L² + w²) (I_pivot = m (L² + w²)/12 + m L²/4);
+    12 Cartesian states (centre and two axis points), 10 invariants. Hanging: ±iω; upright: ±ω."""
+    m = pdsl.Model.from_text(RIGID, formulation=formulation)
+    hanging = m.linearize(at={"bar.x": "0", "bar.y": "-L/2", "bar.a1.x": "0", "bar.a1.y": "-L/2 - 1",
+                              "bar.a2.x": "1", "bar.a2.y": "-L/2"})
+    assert len(hanging.states) == 2 and len(hanging.dependent) == 10 and hanging.is_equilibrium
+    w2 = 6 * 9.81 * 1 / (4 * 1 + 0.1**2)
+    assert _rel(_frequencies(hanging), [np.sqrt(w2)]) < 1e-12
+    L, g, w = _symbols(hanging, "L g w")
+    A = hanging.symbolic().A
+    assert sp.simplify(A[0, 1] * A[1, 0] + 6 * g * L / (4 * L**2 + w**2)) == 0  # −ω², exactly
+
+
 # ---------------------------------------------------------------- DAEs, trim, ranks
 DAE = """
 model D
