@@ -217,7 +217,7 @@ def _trim(num, at, inputs, p, u, t, exact, given) -> OperatingPoint:
     base_x, base_u = x0.copy(), u.copy()
     w, r, J, steps = _gauss_newton(residual, w, base_x, base_u)
     x, z, u = _unpack(w, base_x, base_u, free_x, free_u, num.nz)
-    tol = TRIM_TOL * (1 + float(np.max(np.abs(w))) if w.size else 1.0)
+    tol = TRIM_TOL * (1 + max(float(np.max(np.abs(v), initial=0.0)) for v in (x, z, u)))
     if not (r.size == 0 or np.max(np.abs(r)) <= tol):
         raise _no_steady_state(num, r, steps, shown, given)
     undetermined = _undetermined(J, names)

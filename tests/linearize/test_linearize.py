@@ -272,6 +272,12 @@ def test_trim_finds_the_input_that_holds_a_point():
     assert lin.point.trimmed == ("v", "F") and lin.point.undetermined == ()
     wn, zeta = np.sqrt(8 / 2), 0.4 / (2 * np.sqrt(8 * 2))
     assert _rel(lin.natural_frequency, [wn, wn]) < 1e-12 and _rel(lin.damping, [zeta, zeta]) < 1e-12
+    held = pdsl.Model.from_text(MSD).linearize(at={"x": 0.5, "v": 0}, inputs={"F": 4.0}, trim=True)
+    assert held.point.trimmed == () and held.is_equilibrium  # nothing left to solve, and it holds
+    with pytest.raises(PdslError) as err:  # nothing left to solve, and it does not hold: m·der(v) = −4 + 1
+        pdsl.Model.from_text(MSD).linearize(at={"x": 0.5, "v": 0}, inputs={"F": 1.0}, trim=True)
+    assert err.value.codes == ["TrimFailed"] and "der(v) = -1.5" in str(err.value)
+    assert err.value.diagnostics[0].span.line == 4  # the state's declaration
 
 
 TWINS = """
