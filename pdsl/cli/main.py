@@ -163,6 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fitted values (written by `pdsl fit`) baked in as the parameter defaults")
     p.add_argument("--formulation", choices=formulations, default="hamiltonian", help="Cartesian mechanics: Eq. 6 or Eq. 7")
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="output directory (FILE.fmu for --target fmu)")
+    p.add_argument("--t-end", type=finite_float, metavar="T",
+                   help="--target fmu: the default experiment's stop time (default 10 s)")
+    p.add_argument("--dt", type=finite_float, metavar="DT", help="--target fmu: its output step (default T/1000)")
 
     from . import fit_cmd
 
@@ -746,7 +749,16 @@ def cmd_compile(args) -> int:
 
         num = apply_fitted(num, args.params)
     files = []
-    _write(lambda: files.extend(compile_to(num, args.target, args.output)), args.output)
+    experiment = None
+    if args.t_end is not None or args.dt is not None:
+        from ..compile.fmu import DEFAULT_STOP_TIME, Experiment
+
+        experiment = Experiment(args.t_end if args.t_end is not None else DEFAULT_STOP_TIME, args.dt)
+    # a line per phase of a long build (an FMU's compiler run), on a terminal or with -v
+    progress = (lambda msg: print(f"  {msg}", file=sys.stderr, flush=True)) \
+        if (args.verbose or sys.stderr.isatty()) and not getattr(args, "summary_quiet", False) else None
+    _write(lambda: files.extend(compile_to(num, args.target, args.output, experiment=experiment, progress=progress)),
+           args.output)
     print(f"{m.name}: {args.target} target, {len(files)} files -> {args.output}")
     for f in files:
         print(f"  {f}")

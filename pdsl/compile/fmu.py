@@ -47,6 +47,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 import zipfile
 from dataclasses import dataclass
@@ -59,11 +60,14 @@ import numpy as np
 from .. import __version__
 from ..backend.functions import NumericSystem
 from ..diagnostics import PdslError
+from .fmi_units import BASE_UNITS, FmiUnit, modelica_unit
 from .targets import event_support, generate_c, reset_function
 
-__all__ = ["write_fmu", "fmu_identifier", "FmuLayout", "layout", "DEFAULT_CS_STEP", "CS_STEP_NAME"]
+__all__ = ["write_fmu", "fmu_identifier", "FmuLayout", "layout", "Experiment", "DEFAULT_CS_STEP", "DEFAULT_STOP_TIME",
+           "CS_STEP_NAME"]
 
 DEFAULT_CS_STEP = 1e-3
+DEFAULT_STOP_TIME = 10.0  # <DefaultExperiment stopTime> when `compile --t-end` is not given (a model has no end time)
 CS_STEP_NAME = "pdsl:cs_max_step"  # ':' never occurs in a pdsl name
 
 # value-reference kinds (shared by the XML and the C tables)
@@ -93,6 +97,24 @@ def _platform() -> tuple[str, str]:
 
 
 @dataclass(frozen=True)
+class Experiment:
+    """The FMU's ``<DefaultExperiment>``: what a tool runs when told nothing else (fmpy otherwise stops at t = 1).
+    As ``pdsl simulate`` without options: the output interval ``stop_time``/1000 and the relative tolerance 1e-8."""
+
+    stop_time: float = DEFAULT_STOP_TIME
+    step_size: float | None = None  # None: stop_time / 1000
+    tolerance: float = 1e-8
+
+    def __post_init__(self):
+        if not (math.isfinite(self.stop_time) and self.stop_time > 0):
+            raise PdslError.at("BadOption", f"--t-end must be positive, got {self.stop_time}")
+        if self.step_size is None:
+            object.__setattr__(self, "step_size", self.stop_time / 1000)
+        if not (math.isfinite(self.step_size) and 0 < self.step_size <= self.stop_time):
+            raise PdslError.at("BadOption", f"--dt must be positive and at most --t-end, got {self.step_size}")
+
+
+@dataclass(frozen=True)
 class Var:
     name: str
     kind: int
@@ -102,7 +124,7 @@ class Var:
     initial: str | None
     start: float | None = None
     derivative: int | None = None  # 1-based index of the state (derivatives)
-    unit: str | None = None
+    unit: str | None = None  # Modelica form (pdsl.compile.fmi_units)
     description: str | None = None
 
 
@@ -113,6 +135,7 @@ class FmuLayout:
     variables: tuple[Var, ...]
     report_rows: tuple[int, ...]  # rows of the report vector that are separate outputs (not states)
     n_phys: int  # physical parameters (FMI parameters); the rest of p (network weights) is baked in
+    units: tuple[FmiUnit, ...] = ()  # every unit the variables use, with its base units (<UnitDefinitions>)
 
     def names(self) -> list[str]:
         return [v.name for v in self.variables]
@@ -122,12 +145,16 @@ class FmuLayout:
 
 
 def _units(system):
-    """name -> unit text, for the quantities whose unit the model declares or derives (none otherwise)."""
+    """name -> its unit in Modelica form (``N.m``, ``m/s2``: :mod:`pdsl.compile.fmi_units`), for the quantities whose
+    unit the model declares or derives (none otherwise); ``derivative=True``: the unit of its time derivative."""
     of = getattr(system, "unit_of", None)
 
-    def unit(name: str) -> str | None:
+    def unit(name: str, derivative: bool = False) -> FmiUnit | None:
         u = of(name) if of is not None else None
-        return str(u).strip() or None if u is not None else None
+        text = str(u).strip() if u is not None else ""
+        if not text:
+            return None
+        return modelica_unit(f"({text})/s" if derivative else text)
 
     return unit
 
@@ -151,17 +178,24 @@ def layout(num: NumericSystem) -> FmuLayout:
         else:
             extra_rows.append(row)
     n_phys = len(sys_.params)
-    _unit = _units(sys_)
+    fmi_unit = _units(sys_)
+    used: dict[str, FmiUnit] = {}
+
+    def _unit(name: str, derivative: bool = False) -> str | None:
+        u = fmi_unit(name, derivative)
+        if u is None:
+            return None
+        used.setdefault(u.name, u)
+        return u.name
     variables: list[Var] = [Var("time", K_TIME, 0, "independent", "continuous", None,
                                 description="simulation time")]
     for i, s in enumerate(sys_.states):
         variables.append(Var(s.name, K_STATE, i, "output" if s.name in shown_states else "local", "continuous",
                              "exact", float(num.x_start[i]), unit=_unit(s.name)))
     for i, s in enumerate(sys_.states):
-        u = _unit(s.name)
         variables.append(Var(f"d/dt({s.name})", K_DER, i, "local", "continuous", "calculated",
                              derivative=2 + i, description=f"time derivative of {s.name}",
-                             unit=f"{u}/s" if u else None))
+                             unit=_unit(s.name, derivative=True)))
     for k, row in enumerate(extra_rows):
         variables.append(Var(report[row][0], K_REPORT, k, "output", "continuous", "calculated",
                              unit=_unit(report[row][0])))
@@ -180,7 +214,7 @@ def layout(num: NumericSystem) -> FmuLayout:
             raise PdslError.at("BadOption", f"the FMU would have two variables called `{v.name}`", sys_.span,
                                hint="rename the output or parameter that repeats a state's or column's name")
         seen[v.name] = 1
-    return FmuLayout(tuple(variables), tuple(extra_rows), n_phys)
+    return FmuLayout(tuple(variables), tuple(extra_rows), n_phys, tuple(used[k] for k in sorted(used)))
 
 
 # ---------------------------------------------------------------- CasADi functions
@@ -217,24 +251,84 @@ def _event_functions(num: NumericSystem, prefix: str) -> list[ca.Function] | Non
 
 def _functions(num: NumericSystem, lay: FmuLayout, prefix: str) -> tuple[ca.Function, ca.Function]:
     """The CasADi Functions ``PREFIX_eval(t, x, p, u) -> (xdot, r, y)`` and its forward derivative
-    ``fwd(t, x, p, u, dx, dp, du) -> (dxdot, dr, dy)`` (r: the shown columns that are not states)."""
-    T = ca.SX if num.kind == "SX" else ca.MX
+    ``fwd(t, x, p, u, dx, dp, du) -> (dxdot, dr, dy)`` (r: the shown columns that are not states).
+
+    An explicit model's rates are its expressions (SX, common subexpressions shared: CasADi's ``cse``), and so are a
+    small linear-implicit model's, solved symbolically. A larger linear-implicit one (a mass matrix, multipliers) is
+    not: the generated C assembles the sparse A(x) and b(x) of A·w = b and solves it with CasADi's sparse QR at run
+    time (:func:`_linear_parts`) — the symbolic solution grows with the coupling of the rows (the composed
+    motor–pendulum, 35 unknowns: 368 KB of C solved symbolically, 77 KB assembled and factorised), the
+    factorisation with the rows' number of nonzeros."""
+    linear = _linear_parts(num, prefix)
+    T = ca.MX if linear is not None or num.kind != "SX" else ca.SX
     t = T.sym("t")
     x = T.sym("x", num.nx)
     p = T.sym("p", len(num.p_names))
     u = T.sym("u", len(num.u_names))
     z = T(0, 1)
-    xdot = num.rhs(t, x, p, u)
     rep_all = num.report(t, x, p)
     r = ca.vertcat(*[rep_all[i] for i in lay.report_rows]) if lay.report_rows else T(0, 1)
-    y = num.outputs(t, x, z, p, u)
-    ev = ca.Function(f"{prefix}eval", [t, x, p, u], [xdot, r, y], ["t", "x", "p", "u"], ["xdot", "r", "y"])
+    if linear is None:
+        xdot = num.rhs(t, x, p, u)
+        y = num.outputs(t, x, z, p, u)
+    else:
+        assemble, outputs = linear
+        A, b = assemble(t, x, p, u)
+        w = ca.solve(A, b, "qr")
+        xdot = w[: num.nx]
+        y = outputs(t, x, p, u, w)
+    opts = {"cse": True} if T is ca.SX else {}
+    ev = ca.Function(f"{prefix}eval", [t, x, p, u], [xdot, r, y], ["t", "x", "p", "u"], ["xdot", "r", "y"], opts)
     dx, dp, du = T.sym("dx", num.nx), T.sym("dp", len(num.p_names)), T.sym("du", len(num.u_names))
     v, dv = ca.vertcat(x, p, u), ca.vertcat(dx, dp, du)
     outs = [ca.jtimes(e, v, dv) if e.numel() and v.numel() else T.zeros(e.shape) for e in (xdot, r, y)]
     fwd = ca.Function(f"{prefix}fwd", [t, x, p, u, dx, dp, du], outs,
-                      ["t", "x", "p", "u", "dx", "dp", "du"], ["dxdot", "dr", "dy"])
+                      ["t", "x", "p", "u", "dx", "dp", "du"], ["dxdot", "dr", "dy"], opts)
     return ev, fwd
+
+
+# a linear-implicit model whose symbolic solution (num.rhs) has this many instructions or more is solved at run time
+# instead: below it the solution is shorter than the assembly plus the sparse QR code (a double pendulum's 2×2 mass
+# matrix: 12 KB of C solved symbolically, 23 KB assembled and factorised)
+_SOLVE_AT_RUN_TIME_FROM = 1000
+
+
+def _linear_parts(num: NumericSystem, prefix: str) -> tuple[ca.Function, ca.Function] | None:
+    """For a linear-implicit ODE (SX, no networks, no conditions on t alone) whose symbolic solution is long: ``assemble(t, x, p, u) -> (A, b)`` with
+    A sparse (its structural zeros left out) and ``outputs(t, x, p, u, w) -> y`` (outputs may read the multipliers,
+    w's tail), both SX with common subexpressions shared; None for the other models (they keep ``num.rhs``)."""
+    from .. import symbols as S
+    from ..backend.sympy_to_casadi import Converter
+
+    system = num.system
+    if (num.kind != "SX" or system.neural or system.is_explicit() or num.dae_modes is not None
+            or system.algebraics or num.nx == 0 or num.rhs.n_instructions() < _SOLVE_AT_RUN_TIME_FROM):
+        return None
+    A, b = system.linear_system()
+    laws = system.input_laws()
+    t, x = ca.SX.sym("t"), ca.SX.sym("x", num.nx)
+    p, u = ca.SX.sym("p", len(num.p_names)), ca.SX.sym("u", len(num.u_names))
+    w = ca.SX.sym("w", A.shape[1])
+    table = {S.TIME: t, **{s.symbol: x[i] for i, s in enumerate(system.states)},
+             **{q.symbol: p[i] for i, q in enumerate(system.params)},
+             **{v.symbol: u[i] for i, v in enumerate(system.exogenous_inputs)}}
+    conv = Converter(table)
+
+    def c(e):
+        e = S.as_expr(e)
+        return conv(e.xreplace(laws) if laws else e)
+
+    nonzero = [(i, j) for i in range(A.shape[0]) for j in range(A.shape[1]) if A[i, j] != 0]
+    entries = [c(A[i, j]) for i, j in nonzero]
+    A_sx = ca.SX.triplet([i for i, _ in nonzero], [j for _, j in nonzero], ca.vertcat(*entries), *A.shape) \
+        if nonzero else ca.SX(*A.shape)
+    b_sx = ca.vertcat(*[c(e) for e in b]) if b.shape[0] else ca.SX(0, 1)
+    assemble = ca.Function(f"{prefix}assemble", [t, x, p, u], [A_sx, b_sx], ["t", "x", "p", "u"], ["A", "b"],
+                           {"cse": True})
+    conv.symbols.update({m: w[num.nx + k] for k, m in enumerate(system.multipliers)})
+    y = ca.vertcat(*[c(o.expr) for o in system.outputs]) if system.outputs else ca.SX(0, 1)
+    outputs = ca.Function(f"{prefix}outputs", [t, x, p, u, w], [y], ["t", "x", "p", "u", "w"], ["y"], {"cse": True})
+    return assemble, outputs
 
 
 def _dependencies(ev: ca.Function, lay: FmuLayout) -> dict[int, list[int]]:
@@ -286,7 +380,7 @@ def _xml_safe(root: ET.Element) -> None:
 
 
 def model_description(num: NumericSystem, lay: FmuLayout, ident: str, guid: str, deps: dict[int, list[int]],
-                      sources: list[str]) -> bytes:
+                      sources: list[str], experiment: Experiment | None = None) -> bytes:
     hy = getattr(num, "hybrid", None)
     n_ind = len(hy.strict) if hy is not None else 0
     sys_ = num.system
@@ -301,12 +395,18 @@ def model_description(num: NumericSystem, lay: FmuLayout, ident: str, guid: str,
         files = ET.SubElement(el, "SourceFiles")
         for s in sources:
             ET.SubElement(files, "File", {"name": s})
-    units = sorted({v.unit for v in lay.variables if v.unit})
-    if units:
+    if lay.units:
         ud = ET.SubElement(root, "UnitDefinitions")
-        for u in units:
-            ET.SubElement(ud, "Unit", {"name": u})
-    ET.SubElement(root, "DefaultExperiment", {"startTime": "0.0"})
+        for u in lay.units:
+            unit = ET.SubElement(ud, "Unit", {"name": u.name})
+            base = {b: str(k) for b, k in zip(BASE_UNITS, u.exponents) if k}
+            if u.factor != 1.0:
+                base["factor"] = _fmt(u.factor)
+            if base:
+                ET.SubElement(unit, "BaseUnit", base)
+    exp = experiment or Experiment()
+    ET.SubElement(root, "DefaultExperiment", {"startTime": "0.0", "stopTime": _fmt(exp.stop_time),
+                                              "tolerance": _fmt(exp.tolerance), "stepSize": _fmt(exp.step_size)})
     mv = ET.SubElement(root, "ModelVariables")
     for vr, v in enumerate(lay.variables):
         attrs = {"name": v.name, "valueReference": str(vr), "causality": v.causality, "variability": v.variability}
@@ -1163,16 +1263,69 @@ def _guid(*parts: bytes) -> str:
     return "{" + str(uuid.UUID(bytes=h.digest()[:16], version=4)) + "}"
 
 
-def _compile(cc: str, out_lib: Path, src_dir: Path) -> None:
-    cmd = [cc, "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-DCASADI_SYMBOL_EXPORT=", "-o", str(out_lib),
+# above this size of generated C, -O1: gcc's -O2 grows faster than linearly on one long function (a 4.9 MB model.c
+# took ~14 min at -O2 and 2 min at -O1 on a loaded 2-core machine); the shortcut hardly changes straight-line code
+_O1_ABOVE_BYTES = 2_000_000
+_HEARTBEAT_S = 15.0  # a "still compiling" line this often while the compiler runs (with progress)
+
+
+def _compile(cc: str, out_lib: Path, src_dir: Path, progress=None) -> None:
+    size = (src_dir / "model.c").stat().st_size
+    opt = "-O1" if size > _O1_ABOVE_BYTES else "-O2"
+    cmd = [cc, opt, "-fPIC", "-shared", "-fvisibility=hidden", "-DCASADI_SYMBOL_EXPORT=", "-o", str(out_lib),
            "fmu.c", "model.c", "-lm"]
-    proc = subprocess.run(cmd, cwd=src_dir, capture_output=True, text=True)
+    if progress:
+        why = f" (model.c above {_O1_ABOVE_BYTES // 1_000_000} MB: -O2 would take minutes)" if opt == "-O1" else ""
+        progress(f"compiling: {Path(cc).name} {opt}{why} ...")
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=src_dir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        while True:
+            try:
+                _out, err = proc.communicate(timeout=_HEARTBEAT_S if progress else None)
+                break
+            except subprocess.TimeoutExpired:
+                progress(f"still compiling ({time.perf_counter() - start:.0f} s)")
+    finally:
+        if proc.poll() is None:  # interrupted: no compiler left running
+            proc.kill()
+            proc.wait()
     if proc.returncode != 0:
-        raise PdslError.at("CompilerFailure", f"`{' '.join(cmd)}` failed: {proc.stderr.strip()[:500]}")
+        raise PdslError.at("CompilerFailure", f"`{' '.join(cmd)}` failed: {err.strip()[:500]}")
+    if progress:
+        progress(f"compiled in {time.perf_counter() - start:.1f} s")
 
 
-def write_fmu(num: NumericSystem, out_path: str | Path, *, cc: str | None = None) -> Path:
-    """Write ``num`` as an FMI 2.0 FMU (ME + CS) at ``out_path`` (atomically). Returns the path."""
+def _kb(n: int) -> str:
+    return f"{n / 1000:,.0f} KB" if n >= 10_000 else f"{n:,} bytes"
+
+
+def _instructions(f: ca.Function) -> int:
+    """Instructions of a Function and of the Functions it calls (an MX eval calls the SX assembly of A and b)."""
+    total = f.n_instructions() if f.is_a("SXFunction") else 0
+    if f.is_a("MXFunction"):
+        seen = set()
+        for k in range(f.n_instructions()):
+            if f.instruction_id(k) == ca.OP_CALL:
+                g = f.instruction_MX(k).which_function()
+                if g.name() not in seen:
+                    seen.add(g.name())
+                    total += _instructions(g)
+    return total
+
+
+def write_fmu(num: NumericSystem, out_path: str | Path, *, cc: str | None = None,
+              experiment: Experiment | None = None, progress=None) -> Path:
+    """Write ``num`` as an FMI 2.0 FMU (ME + CS) at ``out_path`` (atomically). Returns the path.
+
+    ``experiment``: the ``<DefaultExperiment>`` (default: :class:`Experiment`, stop time 10 s); ``progress``: a
+    callable given one line per phase (functions, C code, each compiler run with its time, the archive), each
+    prefixed with the time since the build began — the CLI passes one on a terminal or with ``-v``."""
+    if progress is not None:
+        began, say = time.perf_counter(), progress
+
+        def progress(msg: str) -> None:  # noqa: F811 - the caller's, with the elapsed time
+            say(f"[{time.perf_counter() - began:6.1f} s] {msg}")
     out = Path(out_path)
     if out.suffix.lower() != ".fmu":
         raise PdslError.at("BadOption", f"-o {out}: an FMU is one file ending in .fmu",
@@ -1195,6 +1348,10 @@ def write_fmu(num: NumericSystem, out_path: str | Path, *, cc: str | None = None
     events = _time_events(num, prefix)
     hybrid = _event_functions(num, prefix)
     deps = _dependencies(ev, lay)
+    if progress:
+        how = "A·w = b assembled, solved by sparse QR at run time" if ev.is_a("MXFunction") else "explicit rates"
+        progress(f"functions: {num.nx} states, {how}; {_instructions(ev):,} instructions, their derivative "
+                 f"{_instructions(fwd):,}")
     out.parent.mkdir(parents=True, exist_ok=True)
     from ..cache import sweep_temporaries, temporary_dir, temporary_file
 
@@ -1211,11 +1368,13 @@ def write_fmu(num: NumericSystem, out_path: str | Path, *, cc: str | None = None
         names = "\n".join(lay.names()).encode("utf-8")
         guid = _guid(model_c, names, np.asarray(num.x_start).tobytes(), np.asarray(num.p_default).tobytes())
         (src / "fmu.c").write_text(wrapper_source(num, lay, ev, fwd, prefix, guid, events, hybrid), encoding="utf-8")
+        if progress:
+            progress(f"C code: model.c {_kb(len(model_c))}, fmu.c {_kb((src / 'fmu.c').stat().st_size)}")
         bindir = tmp / "binaries" / folder
         bindir.mkdir(parents=True)
-        _compile(compiler, bindir / f"{ident}{suffix}", src)
+        _compile(compiler, bindir / f"{ident}{suffix}", src, progress)
         (tmp / "modelDescription.xml").write_bytes(
-            model_description(num, lay, ident, guid, deps, ["fmu.c", "model.c"]))
+            model_description(num, lay, ident, guid, deps, ["fmu.c", "model.c"], experiment))
         fd, zpath = temporary_file(out.parent, tag, ".fmu")
         try:
             with zipfile.ZipFile(zpath, "w", zipfile.ZIP_DEFLATED) as zf:
@@ -1230,4 +1389,6 @@ def write_fmu(num: NumericSystem, out_path: str | Path, *, cc: str | None = None
             raise
         finally:
             os.close(fd)  # the lock goes with it
+    if progress:
+        progress(f"written: {out} ({_kb(out.stat().st_size)})")
     return out

@@ -169,15 +169,20 @@ def manifest(num: NumericSystem, functions: dict[str, ca.Function]) -> dict:
     }
 
 
-def compile_to(num: NumericSystem, target: str, out_dir: str | Path, *, cc: str | None = None) -> list[Path]:
-    """Write ``target`` for ``num`` into ``out_dir`` (replaced atomically). Returns the files written."""
+def compile_to(num: NumericSystem, target: str, out_dir: str | Path, *, cc: str | None = None, experiment=None,
+               progress=None) -> list[Path]:
+    """Write ``target`` for ``num`` into ``out_dir`` (replaced atomically). Returns the files written.
+    ``experiment`` (:class:`pdsl.compile.fmu.Experiment`) and ``progress`` (one line per phase) are the FMU's."""
     if target not in TARGETS:
         raise PdslError.at("BadOption", f"--target {target}: unknown", hint="one of: " + ", ".join(TARGETS))
+    if experiment is not None and target != "fmu":
+        raise PdslError.at("BadOption", f"--t-end/--dt set an FMU's default experiment; --target {target} has none",
+                           hint="drop them, or use --target fmu")
     event_support(num, target)
     if target == "fmu":  # one file, not a directory (pdsl/compile/fmu.py)
         from .fmu import write_fmu
 
-        return [write_fmu(_consistent_start(num), out_dir, cc=cc)]
+        return [write_fmu(_consistent_start(num), out_dir, cc=cc, experiment=experiment, progress=progress)]
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise PdslError.at("BadOption", f"-o {out}: exists and is not a directory")
