@@ -116,7 +116,7 @@ def render_symbolic(lin, S, fmt: str) -> str:
         if lin.dependent:
             out.append(f"% dependent states (coordinate partitioning): {', '.join(lin.dependent)}")
         for name, M, _, _ in mats:
-            body = sp.latex(sp.Matrix(M), mat_delim="[", mat_str="matrix") if M.shape[0] and M.shape[1] else r"[\,]"
+            body = _latex(sp.Matrix(M), mat_delim="[", mat_str="matrix") if M.shape[0] and M.shape[1] else r"[\,]"
             out.append(f"\\begin{{equation}} {name} = {body} \\end{{equation}}")
         out.append("% eigenvalues, natural frequency, damping ratio:")
         out += ["% " + line.strip() for line in eigen_lines(lin)]
@@ -148,12 +148,26 @@ def render_symbolic(lin, S, fmt: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def _latex(e, **kw) -> str:
+    """sympy's LaTeX, an array parameter's element ``m[1]`` written m_{1}."""
+    import re
+
+    import sympy as sp
+
+    names = {}
+    for sym in getattr(e, "free_symbols", ()):
+        m = re.fullmatch(r"(\w+)\[(\d+)\]", sym.name)
+        if m:
+            names[sym] = f"{sp.latex(sp.Symbol(m.group(1)))}_{{{m.group(2)}}}"
+    return sp.latex(e, symbol_names=names, **kw)
+
+
 def _md_math(e) -> str:
     """A matrix entry in a markdown table: LaTeX math (what Jupyter renders, as ``show --format markdown``), its
     bars spelt ``\\vert`` so that they do not split the table's cells."""
     import sympy as sp
 
-    return "$" + sp.latex(e).replace("|", r"\vert ") + "$"
+    return "$" + _latex(e).replace("|", r"\vert ") + "$"
 
 
 # ---------------------------------------------------------------- files
