@@ -75,7 +75,7 @@ def parts_of(model: Model) -> dict[str, Model]:
     if model.elements:
         taken, taken_vars = _port_equations(model, plain_vars)
         parts["network"] = replace(model, **{**_EMPTY, "elements": model.elements, "equations": taken,
-                                             "variables": taken_vars, "outputs": model.outputs if taken else ()})
+                                             "variables": taken_vars})
         equations = tuple(e for e in model.equations if e not in set(taken))
         variables = tuple(v for v in plain_vars if v not in set(taken_vars))
     if equations or (variables and "network" not in parts):
@@ -297,10 +297,13 @@ def lower_composite(model: Model, options: LowerOptions) -> SymbolicSystem:
         ties.append(Constraint(residual=g, origin=tie.span, label=f"tie {tie.a} = {tie.b}"))
     energies = [systems[k].energy for k in order if systems[k].energy is not None]
     heats = [systems[k].heat_energy for k in order if systems[k].heat_energy is not None]
-    if "network" in systems and parts["network"].outputs:  # outputs that read port values, in the network's solution
-        outputs = systems["network"].outputs
-    else:
-        outputs = model.outputs
+    values = {k: v for k_ in order for k, v in systems[k_].port_values}  # port values (`p.T`), in the network's solution
+
+    def closed(e):
+        return to_state(e.xreplace(values) if values and e.free_symbols & values.keys() else e)
+
+    outputs = tuple(replace(o, expr=closed(o.expr)) for o in model.outputs)
+    inputs = tuple(replace(u, law=closed(u.law)) if u.law is not None and values else u for u in model.inputs)
     report = ()
     if any(systems[k].report for k in order):
         report = tuple(c for k in order for c in (systems[k].report or tuple((s.name, s.symbol) for s in systems[k].states)))
@@ -314,7 +317,7 @@ def lower_composite(model: Model, options: LowerOptions) -> SymbolicSystem:
         name=model.name, doc=model.doc, path=model.path,
         formalism="+".join(systems[k].formalism for k in order),
         states=states, algebraics=tuple(a for k in order for a in systems[k].algebraics), multipliers=multipliers,
-        params=params, inputs=model.inputs, outputs=tuple(replace(o, expr=to_state(o.expr)) for o in outputs),
+        params=params, inputs=inputs, outputs=outputs,
         neural=model.neural, differential=tuple(rows) + tuple(interface_rows), algebraic=alg_rows,
         energy=sp.Add(*energies) if energies else None, energy_origin=model.span,
         constraints=tuple(c for k in order for c in systems[k].constraints) + tuple(ties), span=model.span,
@@ -324,6 +327,7 @@ def lower_composite(model: Model, options: LowerOptions) -> SymbolicSystem:
         components=tuple(replace(c, power_in=to_state(c.power_in), heat_out=to_state(c.heat_out),
                                  energy=None if c.energy is None else to_state(c.energy))
                          for k in order for c in systems[k].components),
+        port_values=tuple((k, to_state(v)) for k, v in values.items()),
         bodies=mech.bodies if mech is not None else (), segments=mech.segments if mech is not None else (),
         space=mech.space if mech is not None else 0,
         stabilization=mech.stabilization if mech is not None else "none",

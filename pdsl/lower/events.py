@@ -24,6 +24,7 @@ def attach_events(model: Model, system: SymbolicSystem) -> SymbolicSystem:
     states = {s.name for s in system.states}
     shown = {name: expr for name, expr in system.report_columns()}
     subs = {S.sym(name): expr for name, expr in shown.items() if name not in states}
+    subs.update(system.port_values)  # a power port's values (`when body.port.T > 340`), in the states
     # the rate of a body coordinate (`der(b.x)`, as expressions read `b.vx`): ẋ in the state (v, or M⁻¹p), the map
     # that puts outputs and velocity constraints in the state. Not for generalized coordinates: a Hamiltonian
     # model resets its momenta (LANGUAGE.md §11)

@@ -270,6 +270,9 @@ class SymbolicSystem:
     # only gives the temperature (T = ∂H/∂x) and is not counted; None without thermal stores
     heat_energy: sp.Expr | None = None
     components: tuple[ComponentPorts, ...] = ()  # components with thermal and other power ports (first-law checks)
+    # what a power port's values (``p.T`` reads the symbol ``p.e``) and the eliminated variables of equations are in
+    # the states, inputs and parameters: events (conditions, resets) read them through this map
+    port_values: tuple[tuple[sp.Symbol, sp.Expr], ...] = ()
     # how `show` tidies expressions: "simplify" (budgeted sympy simplify) or "expand-rational"
     # (networks: rational expressions expanded, which simplify would find slowly)
     display: str = "simplify"

@@ -176,8 +176,26 @@ def _network(model: Model) -> SymbolicSystem:
     ports, terms = _ports(net, sol)
     return replace(system, constraints=constraints, invariants=constraints, projection=tuple(sol.directions or ()),
                    ports=ports, power_terms=terms, display="expand-rational", heat_energy=net.heat_energy,
-                   components=_components(net, {p.name: p for p in ports}),
-                   outputs=_closed_outputs(model, sol), constraints_title="Constraints between stores (index reduction; monitored)")
+                   components=_components(net, {p.name: p for p in ports}), port_values=_port_values(net, sol),
+                   outputs=_closed_outputs(model, sol), inputs=_closed_laws(model, sol),
+                   constraints_title="Constraints between stores (index reduction; monitored)")
+
+
+def _port_values(net: _Net, sol) -> tuple:
+    """The power ports' values and the eliminated variables of the model's equations, in the network's solution."""
+    wanted = set(net.unknowns)
+    for pp in net.model.power_ports:
+        wanted |= pp.across.free_symbols | pp.through.free_symbols
+    algebraic = set(sol.algebraics)
+    return tuple((k, _tidy(sol.subs[k])) for k in sorted(wanted, key=lambda s: s.name)
+                 if k in sol.subs and k not in algebraic)
+
+
+def _closed_laws(model: Model, sol) -> tuple:
+    """Feedback laws that read port values (``input Q = if body.port.T > 330 then 0 else P``), in the solution."""
+    closed = {k: v for k, v in sol.subs.items() if k not in set(sol.algebraics)}
+    return tuple(replace(u, law=_close(u.law, closed)) if u.law is not None and u.law.free_symbols & closed.keys() else u
+                 for u in model.inputs)
 
 
 def _components(net: _Net, ports: dict) -> tuple[ComponentPorts, ...]:
@@ -316,7 +334,8 @@ def _solve_network(net: _Net) -> _Solution:
             hidden = _hidden_constraints(eqs, remaining)
             if hidden is None:
                 if len(eqs) != len(remaining):
-                    names = ", ".join(_shown(s) for s in remaining)
+                    shown = _port_value_names(net)
+                    names = ", ".join(shown.get(s, _shown(s)) for s in remaining)
                     raise PdslError.at(
                         "UnbalancedSystem",
                         f"the network leaves {len(remaining)} port variables or rates ({names}) to {len(eqs)} equations "
@@ -384,6 +403,16 @@ def _redistribution(eqs, subs, open_, net: _Net, n_constraints: int) -> list | N
     if len(cols) != n_constraints or sp.Matrix.hstack(*cols).rank(simplify=True) != n_constraints:
         return None
     return [tuple(c) for c in cols]
+
+
+def _port_value_names(net: _Net) -> dict:
+    """A power port's bond variables (and those of its terminal) as the model reads them: ``p.across``, ``p.through``."""
+    out = {}
+    for pp in net.model.power_ports:
+        for name in (pp.name, f"{pp.name}.terminal"):
+            for sym in port_symbols(name):
+                out[sym] = f"{pp.name}.across" if sym.name[-1] == pp.across.name[-1] else f"{pp.name}.through"
+    return out
 
 
 def _shown(symbol) -> str:

@@ -239,3 +239,61 @@ end
     assert main(["check", str(_write(tmp_path, text))]) == 2
     err = capsys.readouterr().err
     assert "error[DomainMismatch]" in err and "UnknownDomain" not in err and "m.phm:6:" in err
+
+
+THERMOSTAT = """import "std:thermal" as th
+model Thermostat "a heater switched off above T_set: the temperature slides on T_set (LANGUAGE.md §11)"
+  param P = 100.0, T_set = 330.0, T_stop = 400.0
+  input Q = if body.port.T > T_set then 0 else P
+  use body = th.HeatCapacitor(C = 10.0, T0 = 300.0)
+  use heat = th.PrescribedHeatFlow(Q_flow = Q)
+  use wall = th.ThermalConductor(G = 0.5)
+  use air = th.FixedTemperature(T = 300.0)
+  connect body.port, heat.port, wall.a
+  connect wall.b, air.port
+  output T = body.port.T
+  when body.port.T > T_stop then terminate
+end
+"""
+
+
+def test_feedback_laws_and_events_read_port_values(tmp_path):
+    """A feedback law and a `when` condition on a port's temperature: the heater warms the body as
+    T = 300 + (P/G)(1 − exp(−G t/C)) until T_set, where the switch slides (T stays at T_set); with T_stop below
+    T_set the run ends where T = T_stop instead."""
+    path = _write(tmp_path, THERMOSTAT)
+    t = np.linspace(0.0, 10.0, 41)
+    _, r = _run(path, t)
+    free = 300.0 + 200.0 * (1 - np.exp(-0.05 * t))
+    np.testing.assert_allclose(_col(r, "T"), np.minimum(free, 330.0), rtol=0, atol=1e-6)
+    c = compile_model(path)
+    r = simulate(c.numeric, t, params={"T_stop": 320.0}, rtol=1e-11, atol=1e-12)
+    np.testing.assert_allclose(r.t[-1], -np.log(0.9) / 0.05, rtol=1e-8)  # terminated where T = 320
+    np.testing.assert_allclose(_col(r, "T")[-1], 320.0, rtol=1e-9)
+
+
+MIXED = """model Mixed "a p-H resistor and inductor whose loss is written as the heat flow at a thermal port"
+  param R = 2.0, L = 0.1
+  port p: electrical, n: electrical, heat: thermal
+  resistive r: e = R*f
+  effort_store ind(phi) energy phi^2/(2*L)
+  junction common_flow(-p, r, ind, n)
+  heat.Q_flow = -R*p.i^2
+end
+"""
+
+
+def test_first_law_of_a_mixed_component_counts_its_stored_energy_and_can_fail(tmp_path, capsys):
+    """Σ P_in = Σ Q̇_out + dE/dt with an inductor inside: holds when the heat flow is the resistor's loss R i², and
+    the check names the residual R i² when the part forgets to give its loss off as heat."""
+    ok = _write(tmp_path, MIXED)
+    (comp,) = power_balance(compile_model(ok, CompileOptions(numeric=False)).system).components
+    phi, L = sp.symbols("phi L", real=True)
+    assert comp.residual == 0 and sp.simplify(comp.dEdt) != 0
+    bad = _write(tmp_path, MIXED.replace("heat.Q_flow = -R*p.i^2", "heat.Q_flow = 0"), "bad.phm")
+    pb = power_balance(compile_model(bad, CompileOptions(numeric=False)).system)
+    assert not pb.holds
+    R = sp.Symbol("R", real=True)
+    assert sp.simplify(pb.components[0].residual - R * phi**2 / L**2) == 0
+    assert main(["show", str(bad), "--power"]) == 0
+    assert "first law: FAILS: P_in − Q̇_out − dE/dt = R*phi**2/L**2" in capsys.readouterr().out
