@@ -98,8 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input-data", metavar="CSV", help="CSV with a t column and one column per exogenous input")
     p.add_argument("--rtol", type=finite_float, default=1e-8, help="relative tolerance (cvodes, idas, dop853)")
     p.add_argument("--atol", type=finite_float, default=None, help="absolute tolerance (default rtol/100)")
-    p.add_argument("--integrator", default=None, choices=INTEGRATORS,
-                   help="cvodes (Adams, default for ODEs), cvodes-bdf (stiff), idas (DAEs), dop853 (explicit 8th order, compiled C: small non-stiff ODEs), or fixed-step rk4, euler, midpoint, gauss2")
+    p.add_argument("--integrator", default="auto", choices=INTEGRATORS,
+                   help="auto (default: DOP853 with a stiffness test that hands over to CVODES BDF; IDAS for DAEs; "
+                        "CVODES for models with events or switch times), cvodes (Adams), cvodes-bdf (stiff), idas (DAEs), "
+                        "dop853 (explicit 8th order, compiled C: small non-stiff ODEs), or fixed-step rk4, euler, "
+                        "midpoint, gauss2")
     p.add_argument("--substeps", type=integer, default=1, help="fixed-step schemes: steps per output interval")
     p.add_argument("--max-events", type=integer, default=None, metavar="N",
                    help="models with `when`: more than N events (default 10,000) is an accumulation (Zeno): the run "
@@ -426,6 +429,7 @@ def cmd_simulate(args) -> int:
     how = f"rtol {args.rtol:g}" if "rtol" in res.info else f"h = {args.dt / args.substeps:g}"
     print(f"{m.name}: {len(grid)} samples, t = 0 … {grid[-1]:g}, {res.info['integrator']} {how}"
           + (f" -> {args.output}" if args.output else ""))
+    _print_auto(res.info)
     if res.info.get("switches"):
         _print_switches(args, res.info["switches"])
     if events is not None:
@@ -627,6 +631,14 @@ def _energy_line_events(res, events) -> str:
                 f"{worst:.3e} (∫ by the trapezoid rule on the output grid, {exchanged:.3g} exchanged)")
     return (f"  energy: E(0) = {E[0]:.10g}; changed by the {len(te)} event{'s' if len(te) != 1 else ''}: "
             f"{jumps.sum():.6g} in all; drift between events: max |E(t) − E(0) − Σ ΔE(events)| = {drift:.3e}")
+
+
+def _print_auto(info) -> None:
+    """--integrator auto: the integrator it chose and why, and where DOP853 handed over to CVODES (pdsl.sim.auto)."""
+    if info.get("auto"):
+        print(f"  integrator: auto: {info['auto']}")
+    for sw in info.get("stiff_switch", ()):
+        print(f"  integrator: DOP853 {sw['why']}: {sw['to']} from there (right-hand side: {sw['rhs']})")
 
 
 def _print_baumgarte(info) -> None:

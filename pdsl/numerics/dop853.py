@@ -14,13 +14,31 @@ stages 13 … 15 (``A[13:]``, ``C[13:]``) and ``D`` make the dense output's poly
 
 from __future__ import annotations
 
-__all__ = ["A", "B", "C", "D", "E3", "E5", "N_STAGES", "N_STAGES_EXTENDED", "c_driver"]
+__all__ = ["A", "B", "C", "D", "E3", "E5", "N_STAGES", "N_STAGES_EXTENDED", "c_driver", "ctl_size", "STIFF_AFTER"]
 
 N_STAGES = 12
 N_STAGES_EXTENDED = 16
 SAFETY, MIN_FACTOR, MAX_FACTOR = 0.9, 0.2, 10.0
 ERROR_EXPONENT = -1.0 / 8.0  # −1/(order of the error estimator + 1)
 ORDER_FOR_START = 7  # Hairer's starting step uses the error estimator's order
+
+# Stiffness detection (Hairer's dop853.f, HNW I §IV.2 / II §IV.10): after each accepted step the estimate
+# h·|λ| ≈ h‖f(t+h, y₁) − f(t+h, ŷ)‖/‖y₁ − ŷ‖ (ŷ the point of stage 11, also at t + h) is compared with the
+# boundary of DOP853's stability region on the negative real axis (≈ 6.1): a step whose size the stability, not
+# the accuracy, limits. STIFF_AFTER such steps in a row (interrupted only by NONSTIFF_RESET non-stiff ones) mean
+# the problem is stiff: the run stops there (return code 5) so that an implicit method takes over.
+# Hairer tests every 1000th step and 15 in a row; the auto integrator tests every step (2·nx flops).
+STIFF_H_LAMBDA = 6.1
+STIFF_AFTER = 15
+NONSTIFF_RESET = 6
+# ctl, the driver's control vector (in/out): the step size to start with (0: Hairer's starting step) and, out, the
+# one to take next; the stiffness test's count (0: off) and its two counters (carried across a resumed run); the
+# last h·|λ| above the boundary; the output rows written; the state where the run stopped (nx values).
+CTL_H, CTL_STIFF_AFTER, CTL_IASTI, CTL_NONSTI, CTL_HLAMB, CTL_ROWS, CTL_Y = range(7)
+
+
+def ctl_size(nx: int) -> int:
+    return CTL_Y + max(nx, 1)
 
 # A[i] holds row i below the diagonal (a_ij, j < i)
 C = (0.0, 0.05260015195876773, 0.0789002279381516, 0.1183503419072274, 0.2816496580927726, 0.3333333333333333, 0.25, 0.3076923076923077, 0.6512820512820513, 0.6, 0.8571428571428571, 1.0, 1.0, 0.1, 0.2, 0.7777777777777778)
@@ -63,16 +81,24 @@ def _c_array(name: str, rows) -> str:
     return f"static const double {name}[{len(rows)}] = {{{', '.join(repr(v) for v in rows)}}};\n"
 
 
-def c_driver(fname: str, nx: int, np_: int) -> str:
+def c_driver(fname: str, nx: int, np_: int, nerr: int | None = None) -> str:
     """C source of ``int pdsl_dop853(...)`` integrating ``dx/dt = fname(t, x, p)`` (CasADi's generated C calling
-    convention, in the same translation unit) over an increasing output grid.
+    convention, in the same translation unit) over an increasing output grid. Only the first ``nerr`` components
+    (default all) enter the error norm, the starting step and the stiffness test: the others are quadratures that
+    ride along on the steps of the first (∫ power dt), which are then the same steps, bit for bit, as without them.
 
-    ``pdsl_dop853(x0, p, t0, tout, nout, rtol, atol, max_steps, X, stats, t_fail)`` writes X[k·nx + i] = x_i at
-    tout[k] (k = 0 … nout − 1; outputs at t0 are x0, the others the dense output of the step that contains them)
-    and returns 0, or 1 (more than max_steps steps), 2 (step size below 10 ulp of t), 3 (the right-hand side
-    failed or is not finite), 4 (out of memory); ``stats`` = (evaluations, accepted steps, rejected steps) and
-    ``*t_fail`` the time reached. Work memory is allocated per call, and the CasADi function is checked out per
+    ``pdsl_dop853(x0, p, t0, tout, nout, rtol, atol, max_steps, X, stats, t_fail, ctl)`` writes X[k·nx + i] = x_i
+    at tout[k] (k = 0 … nout − 1; outputs at t0 are x0, the others the dense output of the step that contains them)
+    and returns 0, or 1 (more than max_steps steps towards one output time), 2 (step size below 10 ulp of t), 3 (the right-hand side
+    failed or is not finite at the start or inside an accepted step; at a step's trial points it rejects the step,
+    as an error norm of NaN does in scipy), 4 (out of memory), 5 (stiff: the stiffness test fired ``ctl[CTL_STIFF_AFTER]`` times
+    in a row); ``stats`` = (evaluations, accepted steps, rejected steps) and ``*t_fail`` the time reached. ``ctl``
+    (:func:`ctl_size` doubles, the ``CTL_*`` layout) carries the starting step size and the stiffness test in, and
+    out the rows written, the next step size, the counters and the state reached: a run stopped at a step's end
+    resumes from there with the very steps it would have taken (:class:`pdsl.sim.native.VmDop853` hands over to this
+    driver that way). Work memory is allocated per call, and the CasADi function is checked out per
     call (its ``checkout``/``release``, under a mutex): calls from several threads at once are safe."""
+    nerr = nx if nerr is None else nerr
     a_full = tuple(tuple(A[i]) + (0.0,) * (N_STAGES_EXTENDED - len(A[i])) for i in range(N_STAGES_EXTENDED))
     f = fname
     return f"""
@@ -82,9 +108,17 @@ def c_driver(fname: str, nx: int, np_: int) -> str:
 #include <stdlib.h>
 #include <string.h>
 #define PD_NX {nx}
+#define PD_NERR {nerr}  /* the components in the error norm and the stiffness test: the rest ride along */
 #define PD_NP {np_}
 #define PD_NS {N_STAGES}
 #define PD_NE {N_STAGES_EXTENDED}
+#define CTL_H {CTL_H}
+#define CTL_STIFF_AFTER {CTL_STIFF_AFTER}
+#define CTL_IASTI {CTL_IASTI}
+#define CTL_NONSTI {CTL_NONSTI}
+#define CTL_HLAMB {CTL_HLAMB}
+#define CTL_ROWS {CTL_ROWS}
+#define CTL_Y {CTL_Y}
 {_c_array("PD_C", C)}{_c_array("PD_A", a_full)}{_c_array("PD_B", B)}{_c_array("PD_E3", E3)}{_c_array("PD_E5", E5)}{_c_array("PD_D", D)}
 /* CasADi's checkout/release keep a stack of memory slots for functions that need memory: not thread-safe */
 static pthread_mutex_t pd_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -118,18 +152,20 @@ static int pd_stages(pd_ctx* c, double t, double h, const double* y, double* K, 
 
 static double pd_rms(const double* v, const double* scale) {{
   double s = 0.0; int i;
-  for (i = 0; i < PD_NX; ++i) {{ double r = v[i] / scale[i]; s += r * r; }}
-  return sqrt(s / PD_NX);
+  for (i = 0; i < PD_NERR; ++i) {{ double r = v[i] / scale[i]; s += r * r; }}
+  return sqrt(s / PD_NERR);
 }}
 
 CASADI_SYMBOL_EXPORT int pdsl_dop853(const double* x0, const double* p, double t0, const double* tout, long nout,
-                                     double rtol, double atol, long max_steps, double* X, long* stats, double* t_fail) {{
+                                     double rtol, double atol, long max_steps, double* X, long* stats, double* t_fail,
+                                     double* ctl) {{
   casadi_int sz_arg, sz_res, sz_iw, sz_w;
   pd_ctx c;
-  double *K, *y, *yn, *tmp, *F, *sc;
-  double t = t0, t_bound, h_abs, h, t_new;
-  long io = 0, nacc = 0, nrej = 0;
-  int i, j, s, rc = 0;
+  double *K, *y = 0, *yn, *tmp, *F, *sc;
+  double t = t0, t_bound, h_abs = 0.0, h, t_new;
+  long io = 0, nacc = 0, nrej = 0, since = 0;  /* since: accepted steps since the last output */
+  long stiff_after = (long) ctl[CTL_STIFF_AFTER], iasti = (long) ctl[CTL_IASTI], nonsti = (long) ctl[CTL_NONSTI];
+  int i, j, s, rc = 0, stiff = 0;
   {f}_work(&sz_arg, &sz_res, &sz_iw, &sz_w);
   c.arg = (const casadi_real**) malloc(sizeof(casadi_real*) * (sz_arg > 3 ? sz_arg : 3));
   c.res = (casadi_real**) malloc(sizeof(casadi_real*) * (sz_res > 1 ? sz_res : 1));
@@ -151,7 +187,8 @@ CASADI_SYMBOL_EXPORT int pdsl_dop853(const double* x0, const double* p, double t
   if (io >= nout) goto release;
   t_bound = tout[nout - 1];
   if ((rc = pd_rhs(&c, t, y, K))) goto release;  /* K[0] = f(t0, x0) */
-  {{ /* Hairer's starting step (scipy's select_initial_step) */
+  if (ctl[CTL_H] > 0.0) h_abs = ctl[CTL_H];  /* resumed: the step size the interrupted run would take next */
+  else {{ /* Hairer's starting step (scipy's select_initial_step) */
     double d0, d1, d2, h0, h1, dmax;
     for (i = 0; i < PD_NX; ++i) sc[i] = atol + fabs(y[i]) * rtol;
     d0 = pd_rms(y, sc); d1 = pd_rms(K, sc);
@@ -177,21 +214,29 @@ CASADI_SYMBOL_EXPORT int pdsl_dop853(const double* x0, const double* p, double t
       h = h_abs; t_new = t + h;
       if (t_new > t_bound) t_new = t_bound;
       h = t_new - t; h_abs = fabs(h);
-      if ((rc = pd_stages(&c, t, h, y, K, tmp, 1, PD_NS))) goto release;
-      for (i = 0; i < PD_NX; ++i) {{
-        double acc = 0.0;
-        for (j = 0; j < PD_NS; ++j) acc += K[j * PD_NX + i] * PD_B[j];
-        yn[i] = y[i] + h * acc;
+      rc = pd_stages(&c, t, h, y, K, tmp, 1, PD_NS);
+      if (!rc) {{
+        for (i = 0; i < PD_NX; ++i) {{
+          double acc = 0.0;
+          for (j = 0; j < PD_NS; ++j) acc += K[j * PD_NX + i] * PD_B[j];
+          yn[i] = y[i] + h * acc;
+        }}
+        rc = pd_rhs(&c, t + h, yn, K + PD_NS * PD_NX);  /* K[12] = f(t_new, y_new) */
       }}
-      if ((rc = pd_rhs(&c, t + h, yn, K + PD_NS * PD_NX))) goto release;  /* K[12] = f(t_new, y_new) */
-      for (i = 0; i < PD_NX; ++i) {{
+      if (rc == 3) {{ /* f not finite at a trial point: a rejected step (an error norm of NaN: the smallest factor) */
+        h_abs *= {MIN_FACTOR!r};
+        rejected = 1; ++nrej; rc = 0;
+        continue;
+      }}
+      if (rc) goto release;
+      for (i = 0; i < PD_NERR; ++i) {{
         double a5 = 0.0, a3 = 0.0, m = fabs(y[i]) > fabs(yn[i]) ? fabs(y[i]) : fabs(yn[i]);
         double scale = atol + m * rtol;
         for (j = 0; j <= PD_NS; ++j) {{ a5 += K[j * PD_NX + i] * PD_E5[j]; a3 += K[j * PD_NX + i] * PD_E3[j]; }}
         a5 /= scale; a3 /= scale;
         e5 += a5 * a5; e3 += a3 * a3;
       }}
-      err_norm = (e5 == 0.0 && e3 == 0.0) ? 0.0 : h_abs * e5 / sqrt((e5 + 0.01 * e3) * PD_NX);
+      err_norm = (e5 == 0.0 && e3 == 0.0) ? 0.0 : h_abs * e5 / sqrt((e5 + 0.01 * e3) * PD_NERR);
       if (err_norm < 1.0) {{
         double factor = err_norm == 0.0 ? {MAX_FACTOR!r} : {SAFETY!r} * pow(err_norm, {ERROR_EXPONENT!r});
         if (factor > {MAX_FACTOR!r}) factor = {MAX_FACTOR!r};
@@ -204,7 +249,19 @@ CASADI_SYMBOL_EXPORT int pdsl_dop853(const double* x0, const double* p, double t
         rejected = 1; ++nrej;
       }}
     }}
-    ++nacc;
+    ++nacc; ++since;
+    if (stiff_after > 0) {{ /* Hairer's stiffness test (dop853.f): h·|λ| ≈ h‖f(y₁) − f(ŷ)‖/‖y₁ − ŷ‖, ŷ stage 11's point */
+      double stnum = 0.0, stden = 0.0;
+      for (i = 0; i < PD_NERR; ++i) {{
+        double a = K[PD_NS * PD_NX + i] - K[(PD_NS - 1) * PD_NX + i], b = yn[i] - tmp[i];
+        stnum += a * a; stden += b * b;
+      }}
+      if (stden > 0.0 && fabs(h) * sqrt(stnum / stden) > {STIFF_H_LAMBDA!r}) {{
+        ctl[CTL_HLAMB] = fabs(h) * sqrt(stnum / stden);
+        nonsti = 0;
+        if (++iasti >= stiff_after) stiff = 1;
+      }} else if (++nonsti == {NONSTIFF_RESET}) iasti = 0;
+    }}
     if (tout[io] <= t_new) {{ /* dense output: three more stages and the interpolant's 7 coefficient rows */
       if ((rc = pd_stages(&c, t, h, y, K, tmp, PD_NS + 1, PD_NE))) goto release;
       for (i = 0; i < PD_NX; ++i) {{
@@ -218,6 +275,7 @@ CASADI_SYMBOL_EXPORT int pdsl_dop853(const double* x0, const double* p, double t
           F[(3 + s) * PD_NX + i] = h * acc;
         }}
       }}
+      since = 0;
       while (io < nout && tout[io] <= t_new) {{
         double x = (tout[io] - t) / h;
         for (i = 0; i < PD_NX; ++i) {{
@@ -234,9 +292,12 @@ CASADI_SYMBOL_EXPORT int pdsl_dop853(const double* x0, const double* p, double t
     t = t_new;
     memcpy(y, yn, sizeof(double) * PD_NX);
     memcpy(K, K + PD_NS * PD_NX, sizeof(double) * PD_NX);  /* first same as last */
-    if (io < nout && nacc >= max_steps) {{ rc = 1; goto release; }}
+    if (io < nout && stiff) {{ rc = 5; goto release; }}
+    if (io < nout && since >= max_steps) {{ rc = 1; goto release; }}
   }}
 release:
+  ctl[CTL_H] = h_abs; ctl[CTL_IASTI] = (double) iasti; ctl[CTL_NONSTI] = (double) nonsti; ctl[CTL_ROWS] = (double) io;
+  if (y) memcpy(ctl + CTL_Y, y, sizeof(double) * PD_NX);
   pthread_mutex_lock(&pd_lock);
   {f}_release(c.mem);
   {f}_decref();

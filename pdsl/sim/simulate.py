@@ -27,6 +27,9 @@ from ..records import record
 
 __all__ = ["SimulationResult", "simulate", "time_grid", "parse_assignment", "InputSignal", "input_from_expression", "inputs_from_csv"]
 
+# the default: DOP853 with a stiffness test that hands over to CVODES BDF, IDAS for DAEs, CVODES where the run
+# stops at events or switch times (pdsl.sim.auto)
+AUTO = "auto"
 # name -> (CasADi plugin, options)
 INTEGRATORS = {
     "cvodes": ("cvodes", {"linear_multistep_method": "adams"}),  # non-stiff: Adams–Moulton
@@ -345,6 +348,8 @@ class _Setup:
     quad: dict = field(default_factory=dict)
     start: tuple | None = None  # (t0, x0) of the (first) run: what a failure's diagnosis integrates from
     switches_mode: str = "locate"  # switching surfaces on the state: located (pdsl.sim.hybrid) or stepped through
+    # --integrator auto (pdsl.sim.auto): {"why": the choice, "switches": [where DOP853 handed over to CVODES]}
+    auto: dict = field(default_factory=dict)
 
 
 def _setup(num, params, inputs, integrator, rtol, atol, substeps, stabilize, compile="auto") -> _Setup:
@@ -370,12 +375,16 @@ def _setup(num, params, inputs, integrator, rtol, atol, substeps, stabilize, com
         if name not in num.p_names:
             raise PdslError.at("BadOption", f"--param {name}: `{name}` is not a parameter of {num.system.name}",
                                hint="parameters: " + (", ".join(n for n in num.p_names if ".w[" not in n) or "none"))
-    if integrator is None:
-        integrator = "idas" if num.nz else "cvodes"
+    auto: dict = {}
+    if integrator is None or integrator == AUTO:
+        from .auto import choose
+
+        integrator, why = choose(num, rtol, stabilize)
+        auto = {"why": why}
     if integrator not in INTEGRATORS and integrator not in FIXED_STEP and integrator not in NATIVE:
         raise PdslError.at("BadOption", f"--integrator {integrator}: unknown",
-                           hint="one of: " + ", ".join([*INTEGRATORS, *NATIVE, *FIXED_STEP]))
-    if integrator in NATIVE and compile == "no":
+                           hint="one of: " + ", ".join([AUTO, *INTEGRATORS, *NATIVE, *FIXED_STEP]))
+    if integrator in NATIVE and compile == "no" and not auto:
         raise PdslError.at("BadOption", f"--integrator {integrator} is compiled C: it cannot run with --compile no",
                            hint="use --integrator cvodes for CasADi's VM")
     if num.nz and integrator != "idas":
@@ -401,13 +410,14 @@ def _setup(num, params, inputs, integrator, rtol, atol, substeps, stabilize, com
     if integrator in NATIVE:
         if not rtol >= 100 * np.finfo(float).eps:  # scipy's floor for DOP853 (rounding dominates below it)
             raise PdslError.at("BadOption", f"--rtol {rtol:g} is below 100 machine epsilons (2.2e-14) for {integrator}")
-        rhs = RhsPlan(mode="yes", cache=default_cache())
+        # auto: the compiled driver or the same steps from Python over the VM, as the build pays (pdsl.sim.auto)
+        rhs = RhsPlan(mode=compile if auto else "yes", cache=default_cache())
     else:
         rhs = RhsPlan(mode=compile, cache=default_cache()) if integrator in INTEGRATORS else None
     return _Setup(
         p=num.param_vector(dict(params or {})), integrator=integrator, rtol=rtol,
         atol=rtol * 1e-2 if atol is None else atol, substeps=substeps, stabilize=stabilize, inputs=inputs,
-        rhs=rhs, iteration=iteration,
+        rhs=rhs, iteration=iteration, auto=auto,
     )
 
 
@@ -463,7 +473,9 @@ def simulate(
     st = replace(st, start=(float(grid[0]), np.array(x_init, dtype=float)))
     info.update(extra)
     st = _switch_note(num, replace(st, switches_mode=switches))
-    if _hybrid(num, switches):  # events (`when`), switching surfaces: from event to event (pdsl.sim.hybrid)
+    hybrid = _hybrid(num, switches)
+    st = _refine_auto(num, st, hybrid)
+    if hybrid:  # events (`when`), switching surfaces: from event to event (pdsl.sim.hybrid)
         from .hybrid import MAX_EVENTS, integrate_events
 
         try:
@@ -525,7 +537,9 @@ def simulate_batch(
     st = _locate_switches(num, st, grid)
     st = replace(st, start=(float(grid[0]), np.array(np.atleast_2d(x0s)[0], dtype=float)))
     st = _switch_note(num, replace(st, switches_mode=switches))
-    if _hybrid(num, switches):  # events, switches: one run after another (each from event to event)
+    hybrid = _hybrid(num, switches)
+    st = _refine_auto(num, st, hybrid)
+    if hybrid:  # events, switches: one run after another (each from event to event)
         from .hybrid import integrate_events
 
         out = []
@@ -549,6 +563,14 @@ def _switch_note(num, st: _Setup) -> _Setup:
     if len(num.switching_names) > MAX_SWITCHES:
         return replace(st, state_conditions=len(num.switching_names))
     return st
+
+
+def _refine_auto(num, st: _Setup, hybrid: bool) -> _Setup:
+    if not st.auto:
+        return st
+    from .auto import refine
+
+    return refine(num, st, hybrid)
 
 
 def _hybrid(num, switches: str) -> bool:
@@ -579,6 +601,10 @@ def _describe(st: _Setup) -> dict:
     if st.counts:
         solver["counts"] = dict(st.counts)
     rhs = {"rhs": st.rhs.describe()} if st.rhs is not None and st.rhs.compiled is not None else {}
+    if st.auto:  # --integrator auto: why this integrator, and where DOP853 handed over to CVODES
+        events["auto"] = st.auto["why"]
+        if st.auto.get("switches"):
+            events["stiff_switch"] = list(st.auto["switches"])
     return {"integrator": st.integrator, "rtol": st.rtol, "atol": st.atol, "stabilize": st.stabilize, **solver, **rhs,
             **events}
 
@@ -613,6 +639,10 @@ def _integrate(num, grid, X0, st: _Setup, threads: int = 1) -> list[tuple[np.nda
     if st.stabilize != "project" and st.integrator in INTEGRATORS and not st.switches:
         return _integrate_sundials(num, grid, X0, st, threads)
     if st.stabilize != "project" and st.integrator in NATIVE and not st.switches:
+        if st.auto:
+            from .auto import integrate
+
+            return integrate(num, grid, X0, st, threads)
         return _integrate_native(num, grid, X0, st, threads)
     t, x, z, P, xdot, g = _dae_exprs(num, st, tuple(st.inputs[name].fn for name in num.u_names))
     n = X0.shape[0]

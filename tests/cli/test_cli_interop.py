@@ -55,10 +55,10 @@ def test_every_default_and_choice_is_in_help():
 def test_choices_agree_with_the_modules_that_use_them():
     from pdsl.cli import choices
     from pdsl.compile.targets import TARGETS
-    from pdsl.sim.simulate import FIXED_STEP, INTEGRATORS, NATIVE, STABILIZERS
+    from pdsl.sim.simulate import AUTO, FIXED_STEP, INTEGRATORS, NATIVE, STABILIZERS
 
     assert choices.TARGETS == TARGETS
-    assert choices.INTEGRATORS == (*INTEGRATORS, *NATIVE, *FIXED_STEP)
+    assert choices.INTEGRATORS == (AUTO, *INTEGRATORS, *NATIVE, *FIXED_STEP)
     assert choices.STABILIZERS == STABILIZERS
 
 
