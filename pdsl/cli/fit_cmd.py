@@ -137,7 +137,7 @@ def add_parsers(sub, common) -> None:
                    "whose outputs of the same names (learned constraint entries a[1], ...) are compared along the data")
     p.add_argument("--params", help="fitted parameters (JSON written by `pdsl fit`)")
     _data_flags(p)
-    p.add_argument("--integrator", default=None, help="cvodes (default), cvodes-bdf, rk4, midpoint, gauss2, euler")
+    p.add_argument("--integrator", default=None, help="auto (default, as for `pdsl simulate`), cvodes, cvodes-bdf, rk4, midpoint, gauss2, euler")
     p.add_argument("--rtol", type=finite_float, default=1e-9, help="relative tolerance of cvodes (default 1e-9)")
     p.add_argument("--substeps", type=integer, default=1, help="fixed-step integrators: steps per sample interval (default 1)")
     p.add_argument("--backend", default="casadi", choices=("casadi", "torch"),

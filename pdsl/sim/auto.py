@@ -70,8 +70,6 @@ def refine(num, st, hybrid: bool):
         why = "events and switching surfaces, located by CVODES' root finding"
     elif st.switches:
         why = "conditions on t: CVODES restarted at each switch time"
-    elif any(type(st.inputs[n].fn).__name__ == "_Interpolated" for n in num.u_names):
-        why = "an input read from a CSV (an interpolant): CVODES"
     if not why:
         return st
     return replace(st, integrator="cvodes", iteration="functional" if num.nx >= FUNCTIONAL_FROM else "newton",

@@ -193,11 +193,14 @@ class VmDop853:
     the step size and stiffness counters of this run (the same steps again)."""
 
     HANDOVER_EVERY = 128
+    SX_INSTRUCTIONS_MAX = 2_000
 
     def __init__(self, f: ca.Function, nerr: int | None = None):
         from ..numerics import dop853 as D
 
-        mx = f.is_a("MXFunction")
+        # SX (f inlined: the fastest VM code) for a small right-hand side; MX (f called 16 times, vector operations
+        # as single nodes) for a network or a large one, where an inlined graph costs seconds to build
+        mx = f.is_a("MXFunction") or f.n_instructions() > self.SX_INSTRUCTIONS_MAX
         T = ca.MX if mx else ca.SX
         nx, np_ = f.size1_in(1), f.size1_in(2)
         nerr = nx if nerr is None else nerr
@@ -205,63 +208,82 @@ class VmDop853:
         t, h, rtol, atol = T.sym("t"), T.sym("h"), T.sym("rtol"), T.sym("atol")
         y, p, k0 = T.sym("y", nx), T.sym("p", np_), T.sym("k0", nx)
 
-        # vectors, element by element: every entry is the C driver's scalar arithmetic in the driver's order
+        # vectors, element by element: every entry is the C driver's scalar arithmetic in the driver's order. The
+        # tableau's numbers (and the 0 every sum starts from, and the 2 of the interpolant) are symbols fed at run
+        # time, never constants: CasADi folds constants into the graph (c₁·(c₂·x) → (c₁c₂)·x, 0 + x → x), which would
+        # change the last bits; the tableau's zeros are left out of every sum, as the C driver skips them
+        values: list[float] = []
+        index: dict = {}
+        for key, v in [("0", 0.0), ("2", 2.0), *[(("C", s), v) for s, v in enumerate(D.C)],
+                       *[(("A", s, j), v) for s, row in enumerate(D.A) for j, v in enumerate(row)],
+                       *[(("B", j), v) for j, v in enumerate(D.B)], *[(("E5", j), v) for j, v in enumerate(D.E5)],
+                       *[(("E3", j), v) for j, v in enumerate(D.E3)],
+                       *[(("D", s, j), v) for s, row in enumerate(D.D) for j, v in enumerate(row)]]:
+            index[key] = len(values)
+            values.append(float(v))
+        tab = T.sym("tableau", len(values))
+
+        def c(*key):
+            return tab[index[key if len(key) > 1 else key[0]]]
+
+        def dot(terms):  # Σ_j K_j·w_j over the nonzero weights, from 0, in order: the driver's `acc += …` loop
+            acc = c("0")
+            for k, w in terms:
+                if values[index[w]] != 0.0:
+                    acc = acc + k * c(*w)
+            return acc
+
         K = [k0]
         tmp = y
-        for s in range(1, D.N_STAGES):  # pd_stages: acc = Σ_j K_j a_sj (j in order), tmp = y + acc·h
-            acc = T.zeros(nx)
-            for j in range(s):
-                acc = acc + K[j] * D.A[s][j]
-            tmp = y + acc * h
-            K.append(f(t + D.C[s] * h, tmp, p))
-        acc = T.zeros(nx)
-        for j in range(D.N_STAGES):
-            acc = acc + K[j] * D.B[j]
-        yn = y + h * acc
+        for s in range(1, D.N_STAGES):  # pd_stages: acc = Σ_j K_j a_sj, tmp = y + acc·h
+            tmp = y + dot([(K[j], ("A", s, j)) for j in range(s)]) * h
+            K.append(f(t + c("C", s) * h, tmp, p))
+        yn = y + h * dot([(K[j], ("B", j)) for j in range(D.N_STAGES)])
         K.append(f(t + h, yn, p))  # K[12] = f(t + h, y_new); tmp: stage 11's point
-        a5, a3 = T.zeros(nx), T.zeros(nx)
-        for j in range(D.N_STAGES + 1):
-            a5 = a5 + K[j] * D.E5[j]
-            a3 = a3 + K[j] * D.E3[j]
+        a5 = dot([(K[j], ("E5", j)) for j in range(D.N_STAGES + 1)])
+        a3 = dot([(K[j], ("E3", j)) for j in range(D.N_STAGES + 1)])
         scale = atol + ca.fmax(ca.fabs(y), ca.fabs(yn)) * rtol
         a5, a3 = a5 / scale, a3 / scale
         st_a, st_b = K[D.N_STAGES] - K[D.N_STAGES - 1], yn - tmp
-        e5 = e3 = stnum = stden = T(0.0)
-        for i in range(nerr):  # the sums over the components (those under error control), in order
-            e5, e3 = e5 + a5[i] * a5[i], e3 + a3[i] * a3[i]
-            stnum, stden = stnum + st_a[i] * st_a[i], stden + st_b[i] * st_b[i]
+        if mx:  # casadi_dot: r = 0; r += x_i·y_i for i in order, the driver's loop
+            e5, e3, stnum, stden = (ca.dot(v[:nerr], v[:nerr]) for v in (a5, a3, st_a, st_b))
+        else:
+            e5 = e3 = stnum = stden = c("0")
+            for i in range(nerr):  # the sums over the components (those under error control), in order
+                e5, e3 = e5 + a5[i] * a5[i], e3 + a3[i] * a3[i]
+                stnum, stden = stnum + st_a[i] * st_a[i], stden + st_b[i] * st_b[i]
         ins = ca.vertcat(t, h, rtol, atol, y, p, k0)
         outs = ca.vertcat(yn, *K[1:], e5, e3, stnum, stden)
-        self._attempt = self._buffered(ca.Function("dop853_attempt", [ins], [outs]))
+        self._attempt = self._buffered(ca.Function("dop853_attempt", [ins, tab], [outs]), values)
         # the dense output: stages 13 … 15 and the interpolant's 7 coefficient rows (the driver's F)
         kin = T.sym("K", (D.N_STAGES + 1) * nx)
         ynin = T.sym("yn", nx)
         Kd = [kin[j * nx:(j + 1) * nx] for j in range(D.N_STAGES + 1)]
         for s in range(D.N_STAGES + 1, D.N_STAGES_EXTENDED):
-            acc = T.zeros(nx)
-            for j in range(s):
-                acc = acc + Kd[j] * D.A[s][j]
-            Kd.append(f(t + D.C[s] * h, y + acc * h, p))
+            Kd.append(f(t + c("C", s) * h, y + dot([(Kd[j], ("A", s, j)) for j in range(s)]) * h, p))
         dy = ynin - y
-        rows = [dy, h * Kd[0] - dy, 2 * dy - h * (Kd[D.N_STAGES] + Kd[0])]
+        rows = [dy, h * Kd[0] - dy, c("2") * dy - h * (Kd[D.N_STAGES] + Kd[0])]
         for s in range(4):
-            acc = T.zeros(nx)
-            for j in range(D.N_STAGES_EXTENDED):
-                acc = acc + D.D[s][j] * Kd[j]
-            rows.append(h * acc)
-        self._dense = self._buffered(ca.Function("dop853_dense", [ca.vertcat(t, h, y, ynin, p, kin)],
-                                                 [ca.vertcat(*rows)]))
+            rows.append(h * dot([(Kd[j], ("D", s, j)) for j in range(D.N_STAGES_EXTENDED)]))
+        self._dense = self._buffered(ca.Function("dop853_dense", [ca.vertcat(t, h, y, ynin, p, kin), tab],
+                                                 [ca.vertcat(*rows)]), values)
         tt, xx, pp = T.sym("t"), T.sym("x", nx), T.sym("p", np_)
         self._f = self._buffered(ca.Function("dop853_f", [ca.vertcat(tt, xx, pp)], [f(tt, xx, pp)]))
 
     @staticmethod
-    def _buffered(fn: ca.Function):
-        """(input array, output array, evaluate()): ``fn`` called on numpy memory, no conversions."""
+    def _buffered(fn: ca.Function, tableau=None):
+        """(input array, output array, evaluate()): ``fn`` called on numpy memory, no conversions; its second input,
+        if any, the tableau's numbers, set once."""
         a, r = np.zeros(fn.size1_in(0)), np.zeros(fn.size1_out(0))
         buf, ev = fn.buffer()
         buf.set_arg(0, memoryview(a))
         buf.set_res(0, memoryview(r))
-        return a, r, ev, buf  # buf: kept alive with the memory it points at
+        keep = [buf]
+        if tableau is not None:
+            tab = np.array(tableau, dtype=float)
+            buf.set_arg(1, memoryview(tab))
+            keep.append(tab)
+        return a, r, ev, keep  # kept alive with the memory the buffer points at
 
     def run(self, x0, p, tout, rtol: float, atol: float) -> tuple[np.ndarray, dict]:
         stop = self.run_ctl(x0, p, tout, rtol, atol, new_ctl(self.nx))
@@ -428,17 +450,15 @@ class VmDop853:
         if not dense:
             return
         idx = np.concatenate([np.arange(a, b) for a, b, *_ in dense])
-        reps = [b - a for a, b, *_ in dense]
-        ts = np.repeat([d[2] for d in dense], reps)
-        hs = np.repeat([d[3] for d in dense], reps)
-        ys = np.repeat(np.array([d[4] for d in dense]), reps, axis=0)
-        F = np.repeat(np.array([d[5] for d in dense]), reps, axis=0)  # (outputs, 7, nx)
+        step = np.repeat(np.arange(len(dense)), [b - a for a, b, *_ in dense])  # the step of each output
+        ts, hs = np.array([d[2] for d in dense])[step], np.array([d[3] for d in dense])[step]
+        Y, F = np.array([d[4] for d in dense]), np.array([d[5] for d in dense])  # (steps, nx), (steps, 7, nx)
         x = ((tout[idx] - ts) / hs)[:, None]
-        v = np.zeros(ys.shape)
+        v = np.zeros((len(idx), Y.shape[1]))
         for s in range(7):
-            v = v + F[:, 6 - s, :]
+            v = v + F[step, 6 - s]
             v = v * (x if s % 2 == 0 else 1 - x)
-        X[idx] = v + ys
+        X[idx] = v + Y[step]
         dense.clear()
 
 
