@@ -6,7 +6,7 @@ alone (restarts at the switch times), ``--stabilize project``, a right-hand side
 before ``auto``; every other ODE starts with DOP853 (:mod:`pdsl.numerics.dop853`, scipy's method and step
 control) with Hairer's stiffness test after every step. When the test fires :data:`STIFF_AFTER
 <pdsl.numerics.dop853.STIFF_AFTER>` times in a row (steps whose size the stability region, not the accuracy,
-limits: h·|λ| > 6.1), the run stops at the end of that step and CVODES BDF integrates from there to the end (LSODA's
+limits: h·|λ| above 0.9 × 6.1), the run stops at the end of that step and CVODES BDF integrates from there to the end (LSODA's
 switch, one way); DOP853 stopping for another reason (steps below the resolution of t, :data:`STEPS` steps towards
 one output time, a right-hand side not finite inside a step) also hands over (to CVODES BDF after too many steps,
 else Adams), so ``auto``
@@ -197,6 +197,7 @@ def _continue(num, st, grid, stop, exprs, sigs, quad: bool) -> np.ndarray:
     """The rows after ``stop`` (DOP853 stopped: stiff, or failed) by CVODES from where it stopped: BDF when the
     problem stiffened (or took :data:`STEPS` steps towards one output), Adams otherwise (a trial point where the right-hand side is not finite,
     steps below the resolution of t: CVODES retries smaller, or reports the failure it diagnoses)."""
+    from ..numerics.dop853 import STIFF_AFTER, STIFF_H_LAMBDA
     from .compiled import RhsPlan
     from .simulate import FUNCTIONAL_FROM, _power_expr, _run_sundials, _sundials
 
@@ -222,14 +223,8 @@ def _continue(num, st, grid, stop, exprs, sigs, quad: bool) -> np.ndarray:
         X[stop.rows:, nx] = stop.y[nx] + np.asarray(res["qf"], dtype=float).ravel()[1:]
         st.quad["how"] = (f"DOP853 on the states' steps, outside the error test, then the {which.upper()} "
                           "quadrature")
-    why = {5: f"stiff at t = {stop.t:.6g} (h·|λ| = {stop.hlamb:.3g} > 6.1 on {_stiff_count()} steps in a row)",
+    why = {5: f"stiff at t = {stop.t:.6g} (h·|λ| = {stop.hlamb:.3g} > {STIFF_H_LAMBDA:g} on {STIFF_AFTER} steps in a row)",
            1: f"{STEPS:,} steps towards one output time by t = {stop.t:.6g}"}.get(stop.rc, f"DOP853 stopped at t = {stop.t:.6g}: {stop.why}")
     switch = {"t": stop.t, "to": which, "why": why, "rhs": st2.rhs.describe() if st2.rhs.compiled is not None else "vm"}
     st.auto.setdefault("switches", []).append(switch)
     return X
-
-
-def _stiff_count() -> int:
-    from ..numerics.dop853 import STIFF_AFTER
-
-    return STIFF_AFTER
