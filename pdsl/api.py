@@ -196,7 +196,9 @@ class Model:
         keep their model defaults); ``params``: parameter values; ``inputs``: per exogenous
         input an expression of t in pdsl syntax (``"0.5*sin(t)"``), a Python function of t
         (sampled ten times per ``dt`` and interpolated linearly) or a number. ``integrator``:
-        ``cvodes`` (default for ODEs), ``idas``, ``rk4``, ``midpoint``, ``gauss2``...
+        ``auto`` (the default: DOP853 with a stiffness test that hands over to CVODES BDF, IDAS for DAEs, CVODES for
+        events; :mod:`pdsl.sim.auto`), ``cvodes``, ``cvodes-bdf``, ``idas``, ``dop853``, ``rk4``, ``midpoint``,
+        ``gauss2``...
         Returns a :class:`SimulationRun` (``to_pandas``, ``to_numpy``, ``plot``)."""
         from .sim.simulate import simulate, time_grid
 

@@ -1,4 +1,5 @@
-"""Simulation: CVODES for ODEs, IDAS for DAEs, on a fixed output grid.
+"""Simulation on a fixed output grid: by default DOP853 with a stiffness test that hands over to CVODES BDF
+(pdsl.sim.auto), IDAS for DAEs, CVODES for events; or the integrator asked for.
 
 Exogenous inputs are bound before integration, each to an expression of
 ``t`` (and the states) given on the command line, or to a column of a CSV
@@ -446,7 +447,9 @@ def simulate(
 
     ``x0`` overrides start values (states or shown columns such as ``b.vx``); with
     constraints, the start is projected onto Φ = 0, Φ̇ = 0 (``project``) and the
-    changes are listed in ``info["projection"]``. ``stabilize="project"`` also
+    changes are listed in ``info["projection"]``. ``integrator``: None or ``"auto"`` (:mod:`pdsl.sim.auto`: the
+    choice in ``info["auto"]``, a hand-over to CVODES in ``info["stiff_switch"]``), or one by name.
+    ``stabilize="project"`` also
     projects after every output interval; ``stabilize="baumgarte"`` (for a system
     lowered with ``stabilize="baumgarte"``) integrates Φ̈ + 2αΦ̇ + β²Φ = 0, with the
     gains of :func:`baumgarte_gains` recorded in ``info["baumgarte"]``. ``compile`` ("auto", "yes", "no"):
