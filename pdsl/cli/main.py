@@ -949,6 +949,9 @@ def _main(argv: list[str] | None) -> int:
 
         quiet.set_passthrough(args.verbose >= 2)  # -vv: what CasADi, SUNDIALS and IPOPT print reaches the terminal
         quiet.take_note()  # the note of this command only
+        from .startup import defer_sympy_tensor
+
+        defer_sympy_tensor()  # ~30 ms of sympy.combinatorics no model needs (pdsl.cli.startup)
         code = _run_command(args)
         _solver_note()
         return code
