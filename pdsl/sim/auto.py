@@ -79,7 +79,7 @@ def refine(num, st, hybrid: bool):
 def integrate(num, grid, X0, st, threads: int = 1) -> list[tuple[np.ndarray, np.ndarray]]:
     """Trajectories for the rows of X0: DOP853 with the stiffness test, CVODES from where it stops."""
     from ..numerics.dop853 import STIFF_AFTER
-    from .native import new_ctl
+    from .native import NativeIntegrator, new_ctl
     from .simulate import _dae_exprs, _power_expr
 
     sigs = tuple(st.inputs[name].fn for name in num.u_names)
@@ -102,7 +102,7 @@ def integrate(num, grid, X0, st, threads: int = 1) -> list[tuple[np.ndarray, np.
         return eng.run_ctl(x0, st.p, grid, st.rtol, st.atol, new_ctl(len(x0), stiff_after=STIFF_AFTER), STEPS,
                            *([handover(started)] if handover is not None else []))
 
-    if n > 1 and threads > 1 and not handover:
+    if n > 1 and threads > 1 and isinstance(eng, NativeIntegrator):  # VmDop853's buffers are one run's
         with ThreadPoolExecutor(max_workers=threads) as pool:  # ctypes releases the GIL during the call
             stops = list(pool.map(one, starts))
     else:

@@ -184,12 +184,13 @@ def test_no_compiler_runs_the_same_steps_from_python(monkeypatch):
     assert np.array_equal(with_c.x, without.x)
 
 
-def test_batch_runs_switch_one_by_one(robertson):
+@pytest.mark.parametrize("compile", ["auto", "no"])  # the compiled driver in threads; VmDop853 one run after another
+def test_batch_runs_switch_one_by_one(robertson, compile):
     grid = np.concatenate([[0.0], np.logspace(-4, 4, 9)])
-    X0 = np.array([[1.0, 0.0, 0.0], [0.9, 0.0, 0.1]])
-    runs = simulate_batch(robertson, grid, X0, rtol=1e-8)
+    X0 = np.array([[1.0, 0.0, 0.0], [0.9, 0.0, 0.1], [0.8, 1e-5, 0.2], [0.95, 0.0, 0.05]])
+    runs = simulate_batch(robertson, grid, X0, rtol=1e-8, compile=compile, threads=2)
     for x0, r in zip(X0, runs):
-        one = simulate(robertson, grid, x0=dict(zip(robertson.x_names, x0)), rtol=1e-8)
+        one = simulate(robertson, grid, x0=dict(zip(robertson.x_names, x0)), rtol=1e-8, compile=compile)
         assert np.allclose(r.x, one.x, rtol=1e-6, atol=1e-12)
         assert r.info["stiff_switch"][0]["to"] == "cvodes-bdf"
 
