@@ -37,7 +37,16 @@ def _raise_sigint_as(kind):
 
 @pytest.mark.parametrize("kind", ["runtime", "pdsl"])
 def test_an_interrupt_a_library_converts_is_still_an_interrupt(monkeypatch, capsys, kind):
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # a run started in the background (nohup, `cmd &` in a script) inherits SIGINT ignored: give the test the
+    # handler an interactive Python has, and put back whatever the runner had
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _check_interrupt(monkeypatch, capsys, kind)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _check_interrupt(monkeypatch, capsys, kind):
     monkeypatch.setitem(cli.COMMANDS, "check", _raise_sigint_as(kind))
     assert cli.main(["check", MODEL]) == 130
     err = capsys.readouterr().err
