@@ -33,9 +33,13 @@ from ..diagnostics import PdslError
 
 __all__ = ["DOP853_MAX_INSTRUCTIONS", "choose", "refine", "integrate"]
 
-# a larger right-hand side goes to CVODES: the DOP853 graphs inline it 16 times (VM) and its C builds for long
-# (1.5e-4 s per instruction, pdsl.sim.compiled); CVODES' functional iteration is the better method there anyway
-DOP853_MAX_INSTRUCTIONS = 20_000
+# a larger right-hand side goes to CVODES: its C builds for long (1.5e-4 s per instruction, pdsl.sim.compiled) and
+# DOP853's 12 evaluations a step cost more than CVODES' few (RLC ladder N = 1000, 16,002 instructions, 2,000 states:
+# simulate 2.0 s from Python over the VM against 1.2 s with CVODES)
+DOP853_MAX_INSTRUCTIONS = 5_000
+# a library built before the run (a cache to keep it, a batch, a repeat) only when its predicted build is this short;
+# a longer one is built only when the run itself is projected to repay it (the hand-over)
+BUILD_UPFRONT_MAX_S = 1.0
 # DOP853 steps towards one output time before CVODES takes over (a chattering switch the stiffness test misses:
 # Coulomb friction stepped through); CVODES' first budget is the same (pdsl.sim.simulate.STEPS_FIRST)
 STEPS = 100_000
@@ -150,7 +154,10 @@ def _engine(st, f, key: tuple, n_runs: int, nerr: int):
     _SEEN[ids] = key
     cc = find_compiler() if plan.mode != "no" else None
     why_vm = "--compile no" if plan.mode == "no" else "no C compiler found ($CC, cc, gcc, clang)" if cc is None else ""
-    if cc is not None:
+    build_s = BUILD_S_FIXED + BUILD_S_PER_INSTRUCTION * f.n_instructions()
+    if cc is not None and build_s > BUILD_UPFRONT_MAX_S and plan.mode != "yes":
+        why_vm = f"a C build of ~{build_s:.1f} s is made only when the run is projected to repay it"
+    elif cc is not None:
         reasons = [r for r, on in (("--compile yes", plan.mode == "yes"), ("a cache to keep it", plan.cache is not None),
                                    ("a batch", n_runs > 1), ("a repeated run", repeat)) if on]
         if reasons:
@@ -173,7 +180,6 @@ def _engine(st, f, key: tuple, n_runs: int, nerr: int):
     plan.compiled, plan.reason = False, f"DOP853 stepped from Python: {why_vm}"
     if cc is None or plan.mode != "auto":
         return vm, None
-    build_s = BUILD_S_FIXED + BUILD_S_PER_INSTRUCTION * f.n_instructions()
 
     def handover(started):
         def ask(t, t0, t_end):
