@@ -114,6 +114,8 @@ class Model:
     @property
     def system(self):
         """The lowered :class:`~pdsl.lower.ir.SymbolicSystem` (sympy equations with their origins)."""
+        from . import show  # noqa: F401 (registers how Jupyter shows the system: the IR does not import its display)
+
         return self.compiled.system
 
     @property

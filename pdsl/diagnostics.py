@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .bounded_read import MAX_TEXT_BYTES, decode_text, head, read_at_most
+
 __all__ = [
     "Span",
     "Diagnostic",
@@ -33,11 +35,16 @@ def register_source(path: str, text: str) -> None:
 def source_text(path: str) -> str | None:
     if path in _SOURCES:
         return _SOURCES[path]
-    from .limits import read_text  # bounded: an excerpt never reads a huge file or a device to its end
-
+    try:  # bounded: an excerpt never reads a huge file or a device to its end
+        raw, size, _ = read_at_most(path, MAX_TEXT_BYTES)
+    except OSError:
+        return None
+    if size is None or size > MAX_TEXT_BYTES:  # as pdsl.limits.read_text refuses it, keeping its first line
+        register_source(path, head(raw))
+        return None
     try:
-        return read_text(path)
-    except (OSError, UnicodeDecodeError, PdslError):
+        return decode_text(raw)
+    except UnicodeDecodeError:
         return None
 
 

@@ -11,38 +11,14 @@ inside the decoder.
 from __future__ import annotations
 
 import json
-import os
 import re
-import stat
-import sys
 from pathlib import Path
 
+from .bounded_read import MAX_DATA_BYTES, MAX_INT_DIGITS, MAX_TEXT_BYTES, decode_text, head, read_at_most, size_text
 from .diagnostics import PdslError, Span, register_source
 
 __all__ = ["MAX_TEXT_BYTES", "MAX_DATA_BYTES", "MAX_INT_DIGITS", "read_bytes", "read_text", "json_loads",
            "toml_loads", "long_integer_error", "size_text"]
-
-MAX_TEXT_BYTES = 16 * 2**20  # a model, sampling, TOML or JSON file: text a person wrote or pdsl wrote
-MAX_DATA_BYTES = 256 * 2**20  # a trajectory CSV (its rows become a list of strings first: ~5 times this in memory)
-MAX_INT_DIGITS = sys.get_int_max_str_digits() or 4300  # Python's own limit of int(str)
-
-
-def size_text(n: int) -> str:
-    """``16 MiB``, ``256 MiB``, ``1.5 KiB``: a limit as a person reads it."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            v = n / scale
-            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.1f} {unit}"
-    return f"{n} bytes"
-
-
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def _head(raw: bytes) -> str:
-    """The first line of a refused file, fit to be quoted: at most 80 characters, control characters shown as �."""
-    line = raw[:320].split(b"\n", 1)[0].decode("utf-8", errors="replace")[:80]
-    return _CONTROL.sub("\ufffd", line)
 
 
 def read_bytes(path: str | Path, limit: int = MAX_TEXT_BYTES, *, what: str = "file", hint: str | None = None) -> bytes:
@@ -51,22 +27,9 @@ def read_bytes(path: str | Path, limit: int = MAX_TEXT_BYTES, *, what: str = "fi
     A longer file, or a device or pipe that gives more, is a ``FileTooLarge`` error at 1:1. ``OSError``
     (no such file, a directory, no permission) goes to the caller, which knows what the file was for."""
     p = Path(path)
-    with open(p, "rb") as fh:
-        try:
-            st = os.fstat(fh.fileno())
-        except OSError:
-            st = None
-        if st is not None and stat.S_ISDIR(st.st_mode):
-            raise IsADirectoryError(21, "Is a directory", str(p))
-        regular = st is not None and stat.S_ISREG(st.st_mode)
-        if regular and st.st_size > limit:  # no need to read it to know
-            raw = fh.read(400)
-            size = st.st_size
-        else:
-            raw = fh.read(limit + 1)
-            size = None if len(raw) > limit else len(raw)
+    raw, size, regular = read_at_most(p, limit)
     if size is None or size > limit:
-        register_source(str(p), _head(raw))
+        register_source(str(p), head(raw))
         how = f"is {size_text(size)}" if size is not None else (
             f"gives more than {size_text(limit)}" if not regular else f"is larger than {size_text(limit)}")
         kind = "" if regular or size is not None else " (not a regular file)"
@@ -78,8 +41,7 @@ def read_bytes(path: str | Path, limit: int = MAX_TEXT_BYTES, *, what: str = "fi
 def read_text(path: str | Path, limit: int = MAX_TEXT_BYTES, *, what: str = "file", hint: str | None = None) -> str:
     """:func:`read_bytes` decoded as UTF-8 with universal newlines, as ``Path.read_text`` reads
     (``UnicodeDecodeError`` goes to the caller)."""
-    text = read_bytes(path, limit, what=what, hint=hint).decode("utf-8")
-    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
+    return decode_text(read_bytes(path, limit, what=what, hint=hint))
 
 
 # ---------------------------------------------------------------- integers of JSON and TOML

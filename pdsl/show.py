@@ -9,7 +9,7 @@ import sympy as sp
 
 from . import symbols as S
 from .lower.common import rate_name
-from .lower.ir import SymbolicSystem
+from .lower.ir import SymbolicSystem, set_notebook_renderer
 from .printing import to_text
 
 __all__ = ["render_system", "FORMATS"]
@@ -229,6 +229,9 @@ def render_system(system: SymbolicSystem, fmt: str = "text", *, simplify: bool =
         _RENDERED.pop(next(iter(_RENDERED)))
     _RENDERED[memo] = (system, text)
     return text
+
+
+set_notebook_renderer(render_system)  # Jupyter's view of a SymbolicSystem (the IR does not import this module)
 
 
 def _render(system: SymbolicSystem, fmt: str, simplify: bool) -> str:

@@ -1,4 +1,4 @@
-"""Cartesian mechanics with explicit constraints (BENCHMARKS Part A, [P0]).
+"""Cartesian mechanics with explicit constraints (BENCHMARKS Part A: the CHNN/CLNN paper of Finzi et al.).
 
 Bodies are point collections (A2.2): a point mass has one node, a rigid body of
 ``dim`` d its centre plus d principal-axis points. The state is the flat vector
@@ -59,7 +59,6 @@ from ..diagnostics import Collector, PdslError, Span
 from ..records import record
 from ..resolve.model import Body, Connector, Model, Param, PointRef
 from .common import (
-    FORMULATIONS,
     check_finite,
     check_no_unsupported,
     make_state,
@@ -67,7 +66,7 @@ from .common import (
     resolve_input_laws,
 )
 from .ir import BodySummary, Constraint, Equation, Segment, SymbolicSystem
-from .registry import Formalism, LowerOptions, register
+from .registry import FORMULATIONS, Formalism, LowerOptions, register
 
 __all__ = ["lower_cartesian", "node_mass_matrix", "node_mass_inverse", "CartesianSystem", "STABILIZATIONS",
            "BAUMGARTE_PARAMS"]

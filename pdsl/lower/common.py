@@ -9,8 +9,6 @@ from ..diagnostics import Collector, PdslError, Span
 from ..resolve.model import Model
 from .ir import Constraint, State, SymbolicSystem
 
-from .registry import FORMULATIONS  # noqa: E402,F401 (one definition, in the registry)
-
 
 def rate_symbol(name: str) -> sp.Symbol:
     """The unknown ẋ of state ``name`` (its spelling cannot clash with a model name)."""
@@ -214,3 +212,37 @@ def velocity_report(system: SymbolicSystem, positions) -> tuple[tuple[str, sp.Ex
             head, _, axis = s.name.rpartition(".")
             cols.append((f"{head}.v{axis}", vel[s.symbol]))
     return tuple(cols)
+
+
+# ---------------------------------------------------------------- a lagrangian's symbols (generalized, hamel)
+def check_lagrangian_symbols(model: Model, L, span) -> None:
+    """A lagrangian reads time, parameters, inputs, the coordinates and their rates: nothing else."""
+    allowed = {S.TIME} | {p.symbol for p in model.params} | {u.symbol for u in model.inputs}
+    for c in model.variables_of("coord"):
+        allowed |= {c.symbol, S.der(c.symbol)}
+    check_symbols(L, allowed, span, "the lagrangian")
+
+
+def check_momenta_free_of_inputs(model: Model, p, span) -> None:
+    """d/dt ∂L/∂q̇ would need the time derivative of an input that ∂L/∂q̇ depends on: refuse it."""
+    inputs = {u.symbol: u for u in model.inputs}
+    used = sorted({s for pi in p for s in pi.free_symbols if s in inputs}, key=lambda s: s.name)
+    if used:
+        names = ", ".join(f"`{inputs[s].name}`" for s in used)
+        raise PdslError.at(
+            "NotYetSupported",
+            f"the generalized momenta ∂L/∂der(q) depend on the input{'s' if len(used) > 1 else ''} {names}: "
+            "Euler–Lagrange would need the input's time derivative, which pdsl does not have",
+            span,
+            "apply an input as a generalized force (`force F on q`) or through the potential; "
+            "a known function of t and the coordinates can be written into the lagrangian directly",
+        )
+
+
+def check_symbols(expr, allowed, span, what) -> None:
+    """``NotAllowedHere`` at ``span`` for the symbols of ``expr`` outside ``allowed``."""
+    bad = sorted((s for s in expr.free_symbols if s not in allowed), key=lambda s: s.name)
+    if bad:
+        raise PdslError.at(
+            "NotAllowedHere", f"{what} uses {', '.join(f'`{b}`' for b in bad)}, which {'is' if len(bad) == 1 else 'are'} not allowed there", span
+        )

@@ -11,10 +11,20 @@ import sympy as sp
 from .. import symbols as S
 from ..diagnostics import Collector, PdslError
 from ..resolve.model import Model
-from .common import check_finite, check_no_unsupported, make_state, resolve_input_laws
+from .calculus import derivative
+from .common import (
+    check_finite,
+    check_lagrangian_symbols,
+    check_momenta_free_of_inputs,
+    check_no_unsupported,
+    check_symbols,
+    derived_invariants,
+    make_state,
+    resolve_input_laws,
+)
+from .group_frames import group_relations
 from .ir import Constraint, Equation, SymbolicSystem
 from .registry import Formalism, LowerOptions, register
-from .structural import derivative
 
 
 def _coords(model: Model, formalism: str):
@@ -50,7 +60,7 @@ def lower_lagrangian(model: Model) -> SymbolicSystem:
     pos_states = [make_state(c.name, c.symbol, c.start, c.span) for c in coords]
     vel_states = [make_state(S.der_name(c.name), S.der(c.symbol), None, c.span) for c in coords]
     acc = [s.rate for s in vel_states]
-    _check_lagrangian_symbols(model, L, span)
+    check_lagrangian_symbols(model, L, span)
 
     # generalized forces by coordinate
     Q = {x: sp.Integer(0) for x in q}
@@ -60,7 +70,7 @@ def lower_lagrangian(model: Model) -> SymbolicSystem:
         force_origin[f.coord] = f.span
     n = len(q)
     p = [derivative(L, vi) for vi in v]  # generalized momenta ∂L/∂q̇
-    _check_momenta_free_of_inputs(model, p, span)
+    check_momenta_free_of_inputs(model, p, span)
     rows = []
     for i in range(n):
         lhs = sum((derivative(p[i], v[j]) * acc[j] for j in range(n)), sp.Integer(0))
@@ -132,37 +142,6 @@ def _check_config_only(residual, q, span, model):
         raise AssertionError("holonomic constraint with der")  # classify_constraint guarantees this
 
 
-def _check_lagrangian_symbols(model: Model, L, span) -> None:
-    allowed = {S.TIME} | {p.symbol for p in model.params} | {u.symbol for u in model.inputs}
-    for c in model.variables_of("coord"):
-        allowed |= {c.symbol, S.der(c.symbol)}
-    _check_symbols(L, allowed, span, "the lagrangian")
-
-
-def _check_momenta_free_of_inputs(model: Model, p, span) -> None:
-    """d/dt ∂L/∂q̇ would need the time derivative of an input that ∂L/∂q̇ depends on: refuse it."""
-    inputs = {u.symbol: u for u in model.inputs}
-    used = sorted({s for pi in p for s in pi.free_symbols if s in inputs}, key=lambda s: s.name)
-    if used:
-        names = ", ".join(f"`{inputs[s].name}`" for s in used)
-        raise PdslError.at(
-            "NotYetSupported",
-            f"the generalized momenta ∂L/∂der(q) depend on the input{'s' if len(used) > 1 else ''} {names}: "
-            "Euler–Lagrange would need the input's time derivative, which pdsl does not have",
-            span,
-            "apply an input as a generalized force (`force F on q`) or through the potential; "
-            "a known function of t and the coordinates can be written into the lagrangian directly",
-        )
-
-
-def _check_symbols(expr, allowed, span, what) -> None:
-    bad = sorted((s for s in expr.free_symbols if s not in allowed), key=lambda s: s.name)
-    if bad:
-        raise PdslError.at(
-            "NotAllowedHere", f"{what} uses {', '.join(f'`{b}`' for b in bad)}, which {'is' if len(bad) == 1 else 'are'} not allowed there", span
-        )
-
-
 def _check_regular(model: Model, p, v, span) -> None:
     """The mass matrix ∂²L/∂q̇² must not be identically singular (checked at a random point)."""
 
@@ -196,7 +175,7 @@ def lower_hamiltonian(model: Model) -> SymbolicSystem:
     check_finite(H, span, "the hamiltonian")
     allowed = {S.TIME} | {p.symbol for p in model.params} | {u.symbol for u in model.inputs}
     allowed |= {c.symbol for c in coords} | {m.symbol for m in momenta}
-    _check_symbols(H, allowed, span, "the hamiltonian")
+    check_symbols(H, allowed, span, "the hamiltonian")
     Q = {c.symbol: sp.Integer(0) for c in coords}
     for f in model.generalized_forces:
         Q[f.coord] += f.force
@@ -235,8 +214,6 @@ def _lower_lagrangian(model: Model, options: LowerOptions) -> SymbolicSystem:
     """The plugin's lowering: the Lagrangian system with Φ, Φ̇ and the velocity constraints as invariants."""
     from dataclasses import replace
 
-    from .common import derived_invariants
-
     system = lower_lagrangian(model)
     velocity = tuple(
         Constraint(residual=c.residual, origin=c.span, label="velocity constraint")
@@ -245,8 +222,6 @@ def _lower_lagrangian(model: Model, options: LowerOptions) -> SymbolicSystem:
     positions = {c.symbol for c in model.variables_of("coord")}
     system = replace(system, invariants=derived_invariants(system, positions, velocity))
     if model.groups:  # a group whose constraints Hamel's lowering left here (a learned connection)
-        from .hamel import group_relations
-
         derivation, balances = group_relations(model)
         system = replace(system, derivation=derivation, balances=balances)
     return system

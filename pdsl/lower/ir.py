@@ -13,6 +13,8 @@ DAE solver. An explicit ODE is the special case A = I. Each row is an
 
 from __future__ import annotations
 
+from typing import Callable
+
 import sympy as sp
 
 from ..diagnostics import Span
@@ -326,7 +328,7 @@ class SymbolicSystem:
 
     def linear_system(self) -> tuple[sp.Matrix, sp.Matrix]:
         """(A, b) with A·w = b, read off the differential rows (which are linear in w)."""
-        from .structural import derivative  # residual.jacobian(w), the same entries without sympy's Derivative
+        from .calculus import derivative  # residual.jacobian(w), the same entries without sympy's Derivative
 
         if self.readoff:
             fast = readoff_linear(self)
@@ -352,13 +354,22 @@ class SymbolicSystem:
         return closed_input_laws(self.inputs)
 
     # ------------------------------------------------------------ notebooks
-    def _repr_markdown_(self) -> str:
+    def _repr_markdown_(self) -> str | None:
         """Jupyter shows a system as its derived equations (``pdsl show --format markdown``)."""
-        from ..show import render_system
+        return _NOTEBOOK_RENDERER(self, "markdown") if _NOTEBOOK_RENDERER else None
 
-        return render_system(self, "markdown")
+    def _repr_latex_(self) -> str | None:
+        return _NOTEBOOK_RENDERER(self, "latex") if _NOTEBOOK_RENDERER else None
 
-    def _repr_latex_(self) -> str:
-        from ..show import render_system
 
-        return render_system(self, "latex")
+# How a notebook renders a system. The IR does not import its display (pdsl.show depends on the IR, never the
+# reverse): pdsl.show registers its renderer here when it is imported, as a formalism registers in
+# pdsl.lower.registry. Until then a system has no rich form (None: Jupyter shows the plain repr); pdsl.api, which
+# hands systems to notebooks, imports pdsl.show.
+_NOTEBOOK_RENDERER: Callable[[SymbolicSystem, str], str] | None = None
+
+
+def set_notebook_renderer(render: Callable[[SymbolicSystem, str], str]) -> None:
+    """Register ``render(system, fmt)`` (``fmt``: ``"markdown"`` or ``"latex"``) for a system's notebook display."""
+    global _NOTEBOOK_RENDERER
+    _NOTEBOOK_RENDERER = render

@@ -60,12 +60,12 @@ from .. import symbols as S
 from ..diagnostics import Collector, PdslError, Span
 from ..resolve.model import Element, Junction, Model, Resistive, Source, Store, Structure, Terminal, TwoPort
 from ..resolve.port_hamiltonian import port_symbols
+from .calculus import derivative as _derivative
 from .common import check_no_unsupported, make_state, resolve_input_laws
 from .ir import Algebraic, ComponentPorts, Constraint, Equation, Port, PowerTerm, SymbolicSystem, closed_input_laws
 from .registry import Formalism, LowerOptions, register
 from .structural import close as _close
 from .structural import closure as _closure  # noqa: F401 (used by the network solve)
-from .structural import derivative as _derivative
 from .structural import eliminate_aliases as _eliminate_aliases
 from .structural import is_rational
 from .structural import solve_linear as _solve_linear
