@@ -42,7 +42,15 @@ from .common import (
     make_state,
     resolve_input_laws,
 )
-from .group_frames import Frames, bracket, connection_items, generator_vectors, group_frames, light_simplify, paper_relations
+from .group_frames import (
+    Frames,
+    bracket,
+    connection_items,
+    generator_vectors,
+    group_frames,
+    light_simplify,
+    paper_relations,
+)
 from .ir import DerivationItem, DerivationSection, Equation, SymbolicSystem
 from .registry import Formalism, LowerOptions, register
 
