@@ -1,11 +1,14 @@
 """Values of CLI options with ``choices``, importable without CasADi (``pdsl check`` loads no numeric backend).
 
-Each tuple mirrors the module that interprets it; tests/cli/test_cli_interop.py checks that they agree.
+Read off :mod:`pdsl.vocab`, the one home of these words; tests/cli/test_cli_interop.py checks that they agree
+with the modules that interpret them.
 """
 
 from __future__ import annotations
 
-TARGETS = ("casadi", "c", "python", "fmu")  # pdsl.compile.targets.TARGETS
-INTEGRATORS = ("auto", "cvodes", "cvodes-bdf", "idas", "dop853", "euler", "rk4", "midpoint", "gauss2")  # pdsl.sim.simulate: AUTO, INTEGRATORS, NATIVE, FIXED_STEP
-STABILIZERS = ("none", "project", "baumgarte")  # pdsl.sim.simulate.STABILIZERS
-FORMULATIONS = ("hamiltonian", "lagrangian")
+from ..vocab import AUTO, FORMULATIONS, SIMULATE_INTEGRATORS, STABILIZE_SIMULATE, TARGETS
+
+__all__ = ["TARGETS", "INTEGRATORS", "STABILIZERS", "FORMULATIONS"]
+
+INTEGRATORS = (AUTO, *SIMULATE_INTEGRATORS)  # pdsl simulate / sweep --integrator
+STABILIZERS = STABILIZE_SIMULATE  # pdsl simulate --stabilize

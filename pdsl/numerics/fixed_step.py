@@ -33,6 +33,7 @@ __all__ = [
     "METHODS",
     "SOLVERS",
     "Tableau",
+    "explicit_rk_step",
     "inline_call",
     "make_fpi_residuals",
     "make_rollout",
@@ -72,7 +73,7 @@ _TABLEAUS: dict[str, Tableau] = {
     ),
     # BENCHMARKS B3.1: Gauss–Legendre collocation with s = 1.
     "midpoint": Tableau(a=((0.5,),), b=(1.0,), c=(0.5,)),
-    # Explicit midpoint (RK2): x + h f(x + h/2 f(x)); torchdiffeq's fixed-grid "midpoint" ([P3] C5.2).
+    # Explicit midpoint (RK2): x + h f(x + h/2 f(x)); torchdiffeq's fixed-grid "midpoint" (BENCHMARKS C5.2).
     "rk2": Tableau(a=((0.0, 0.0), (0.5, 0.0)), b=(0.0, 1.0), c=(0.0, 0.5)),
     # 2-stage Gauss–Legendre: order 4, symmetric, symplectic.
     "gauss2": Tableau(
@@ -92,6 +93,29 @@ def tableau(method: str) -> Tableau:
         return _TABLEAUS[method]
     except KeyError:
         raise ValueError(f"unknown integration method {method!r}; expected one of {', '.join(METHODS)}") from None
+
+
+def explicit_rk_step(f, method: str, t, x, h):
+    """``x_next`` of one step of the explicit ``method`` from its tableau, ``f(t, x) -> slope``: on anything that
+    adds and scales (CasADi SX/MX with a symbolic h, numpy, torch batches with h a (B, 1) column of per-row steps).
+    Zero coefficients are skipped. :func:`pdsl.numerics.torch_steps.rk_step`, the compile targets' step and
+    ``pdsl evaluate --backend torch`` step with it; :func:`make_step` forms the same sums as one matrix product.
+    """
+    tab = tableau(method)
+    if tab.implicit:
+        raise ValueError(f"method {method!r} is implicit: its stages need a solve (make_step, torch_steps.rk_step)")
+    K: list = []
+    for i in range(tab.stages):
+        y = x
+        for j in range(i):
+            if tab.a[i][j] != 0.0:
+                y = y + (h * tab.a[i][j]) * K[j]
+        K.append(f(t + tab.c[i] * h, y))
+    out = x
+    for bi, k in zip(tab.b, K):
+        if bi != 0.0:
+            out = out + (h * bi) * k
+    return out
 
 
 def rhs_dims(f: ca.Function) -> tuple[int, int]:

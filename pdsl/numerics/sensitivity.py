@@ -29,6 +29,7 @@ import casadi as ca
 import numpy as np
 
 from pdsl.numerics.fixed_step import METHODS, inline_call, make_rollout, rhs_dims, unrolled_blocks
+from pdsl.vocab import SENSITIVITY_LOSSES
 
 __all__ = [
     "LOSSES",
@@ -43,7 +44,7 @@ __all__ = [
     "trajectory_loss",
 ]
 
-LOSSES: tuple[str, ...] = ("sse", "mse", "l1")
+LOSSES: tuple[str, ...] = SENSITIVITY_LOSSES  # pdsl.vocab
 MODES: tuple[str, ...] = ("forward", "adjoint", "reverse")
 
 _DEFAULT_CVODES = {"abstol": 1e-10, "reltol": 1e-10}

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import torch
 from torch.autograd.function import once_differentiable
 
-from .fixed_step import Tableau, tableau
+from .fixed_step import Tableau, explicit_rk_step, tableau
 
 __all__ = ["IMPLICIT_SOLVERS", "GRADIENTS", "StepOptions", "rk_step", "solve_stages", "ImplicitStep", "TorchStepEvents",
            "rk_event_step"]
@@ -224,14 +224,7 @@ def rk_step(f: Rhs, method: str, h: float, t, x: torch.Tensor, *, p: torch.Tenso
     (:class:`ImplicitStep` binds p itself so that the gradient reaches p)."""
     tab = tableau(method)
     if not tab.implicit:
-        K: list = []
-        for i in range(tab.stages):
-            y = x
-            for j in range(i):
-                if tab.a[i][j] != 0.0:
-                    y = y + (h * tab.a[i][j]) * K[j]
-            K.append(f(t + tab.c[i] * h, y, bound))
-        return _combine(tab, h, x, K)
+        return explicit_rk_step(lambda s, y: f(s, y, bound), method, t, x, h)
     if opts.gradient == "adjoint":
         return ImplicitStep.apply(x, p, f, bind, tab, h, t, opts)
     return _combine(tab, h, x, solve_stages(f, tab, h, t, x, bound, opts))

@@ -30,6 +30,8 @@ import casadi as ca
 import numpy as np
 
 from ..diagnostics import PdslError
+from . import runs  # runs._sundials, runs._run_sundials: looked up at the call (tests spy on them there)
+from .runs import _dae_exprs, _power_expr, iteration_for
 
 __all__ = ["DOP853_MAX_INSTRUCTIONS", "choose", "refine", "integrate"]
 
@@ -41,7 +43,7 @@ DOP853_MAX_INSTRUCTIONS = 5_000
 # a longer one is built only when the run itself is projected to repay it (the hand-over)
 BUILD_UPFRONT_MAX_S = 1.0
 # DOP853 steps towards one output time before CVODES takes over (a chattering switch the stiffness test misses:
-# Coulomb friction stepped through); CVODES' first budget is the same (pdsl.sim.simulate.STEPS_FIRST)
+# Coulomb friction stepped through); CVODES' first budget is the same (pdsl.sim.runs.STEPS_FIRST)
 STEPS = 100_000
 _QUAD = object()  # stands for "with ∫ power dt" among the identities that key a compiled library
 _SEEN: dict = {}  # identities -> objects: systems integrated by auto in this process (a repeat builds the library)
@@ -65,7 +67,6 @@ def choose(num, rtol: float, stabilize: str) -> tuple[str, str]:
 def refine(num, st, hybrid: bool):
     """``st`` with CVODES instead of DOP853 where the run stops at events, switching surfaces or switch times."""
     from .compiled import RhsPlan
-    from .simulate import FUNCTIONAL_FROM
 
     if not st.auto or st.integrator != "dop853":
         return st
@@ -76,7 +77,7 @@ def refine(num, st, hybrid: bool):
         why = "conditions on t: CVODES restarted at each switch time"
     if not why:
         return st
-    return replace(st, integrator="cvodes", iteration="functional" if num.nx >= FUNCTIONAL_FROM else "newton",
+    return replace(st, integrator="cvodes", iteration=iteration_for(num, "cvodes"),
                    rhs=RhsPlan(mode=st.rhs.mode, cache=st.rhs.cache), auto={**st.auto, "why": why})
 
 
@@ -84,7 +85,6 @@ def integrate(num, grid, X0, st, threads: int = 1) -> list[tuple[np.ndarray, np.
     """Trajectories for the rows of X0: DOP853 with the stiffness test, CVODES from where it stops."""
     from ..numerics.dop853 import STIFF_AFTER
     from .native import NativeIntegrator, new_ctl
-    from .simulate import _dae_exprs, _power_expr
 
     sigs = tuple(st.inputs[name].fn for name in num.u_names)
     t, x, z, P, xdot, g = _dae_exprs(num, st, sigs)
@@ -205,24 +205,22 @@ def _continue(num, st, grid, stop, exprs, sigs, quad: bool) -> np.ndarray:
     steps below the resolution of t: CVODES retries smaller, or reports the failure it diagnoses)."""
     from ..numerics.dop853 import STIFF_AFTER, STIFF_H_LAMBDA
     from .compiled import RhsPlan
-    from .simulate import FUNCTIONAL_FROM, _power_expr, _run_sundials, _sundials
 
     t, x, z, P, xdot, g = exprs
     which = "cvodes-bdf" if stop.rc in (1, 5) else "cvodes"
     nx = num.nx
     y = stop.y[:nx]
-    # a failure is diagnosed from where CVODES started (pdsl.sim.simulate._diagnose re-integrates from st.start)
-    st2 = replace(st, integrator=which, iteration=("functional" if num.nx >= FUNCTIONAL_FROM else "newton")
-                  if which == "cvodes" else "", rhs=RhsPlan(mode=st.rhs.mode, cache=st.rhs.cache), quad={}, counts={},
-                  start=(stop.t, np.array(y)))
+    # a failure is diagnosed from where CVODES started (pdsl.sim.runs._diagnose re-integrates from st.start)
+    st2 = replace(st, integrator=which, iteration=iteration_for(num, which),
+                  rhs=RhsPlan(mode=st.rhs.mode, cache=st.rhs.cache), quad={}, counts={}, start=(stop.t, np.array(y)))
     tout = [stop.t, *[float(v) for v in grid[stop.rows:]]]
     qexpr = _power_expr(num, sigs, t, x, z, P) if quad else None
 
     def run(steps):
-        F = _sundials(num, st2, t, x, z, P, xdot, g, stop.t, tout, (y, st.p, num.z_start), steps, quad=qexpr)
+        F = runs._sundials(num, st2, t, x, z, P, xdot, g, stop.t, tout, (y, st.p, num.z_start), steps, quad=qexpr)
         return F(x0=y, p=st.p, z0=num.z_start)
 
-    res = _run_sundials(num, st2, run, tout)
+    res = runs._run_sundials(num, st2, run, tout)
     X = stop.X.copy()
     X[stop.rows:, :nx] = np.asarray(res["xf"]).T[1:]
     if quad:

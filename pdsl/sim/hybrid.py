@@ -24,6 +24,8 @@ import numpy as np
 
 from ..diagnostics import PdslError
 from ..records import record
+from ..vocab import FIXED_STEP, SUNDIALS
+from .runs import STEPS_FIRST, SUNDIALS_PLUGINS, _native_for, _native_runs, _quiet_call, _run_sundials
 
 __all__ = ["EventLog", "integrate_events", "MAX_EVENTS", "EVENT_ROWS", "SWITCHES"]
 
@@ -137,8 +139,6 @@ class _SundialsStepper:
     ``self.pe`` (the parameters with the discrete state) is set by the loop before each call."""
 
     def __init__(self, num, st, field: _Field, steps: int):
-        from .simulate import INTEGRATORS
-
         T = ca.SX if num.kind == "SX" else ca.MX
         nx, nz, npe = num.nx, num.nz, field.np + 2 * field.n_sw
         s, x, z = T.sym("s"), T.sym("x", nx), T.sym("z", nz)
@@ -160,7 +160,7 @@ class _SundialsStepper:
         post = ca.vertcat(x, 1, fr[1], idx)  # the clock, not s: the state is the root's, s the step's
         transition = ca.Function("transition", [idx, s, ca.vertcat(x, fr), z, P, uu], [post, z],
                                  ca.event_in(), ca.event_out())
-        plugin, plugin_opts = INTEGRATORS[st.integrator]
+        plugin, plugin_opts = SUNDIALS_PLUGINS[st.integrator]
         opts = {"abstol": st.atol, "reltol": st.rtol, "max_num_steps": steps, "show_eval_warnings": False,
                 "transition": transition, "event_tol": 1e-14, "max_event_iter": 200, **plugin_opts}
         from .. import quiet
@@ -177,8 +177,6 @@ class _SundialsStepper:
         self.fallbacks = 0  # segments located by bracketing after CasADi's root finding failed
 
     def advance(self, ta, x, z, tb, signs, offsets):
-        from .simulate import _run_sundials
-
         p = np.concatenate([self.pe, [ta, tb - ta], signs, offsets])
         try:
             res = _run_sundials(self.num, self.st, lambda steps: self.F(x0=np.append(x, [0.0, 0.0, 0.0]), p=p, z0=z),
@@ -202,8 +200,6 @@ class _SundialsStepper:
         """(rows (t, x, z) reached before any event, x, z, stop) over the output times ``ts`` (uniform, ts[0] > ta)
         in one call: after a root the motion and the clock are frozen, so an output whose clock is behind its time
         comes after the event."""
-        from .simulate import _run_sundials
-
         n = len(ts)
         if n == 1 or not np.allclose(np.diff(np.concatenate([[ta], ts])), ts[0] - ta, rtol=1e-9, atol=0):
             return _one_by_one(self, ta, x, z, ts, signs, offsets)
@@ -251,8 +247,6 @@ class _SundialsStepper:
         return F
 
     def _bracket(self):
-        from .simulate import _run_sundials
-
         num, st, field = self.num, self.st, self.field
 
         def shoot(ta_, x_, tb_, pe):
@@ -368,8 +362,6 @@ def _fixed_stepper(num, st, field: _Field, grid):
     nominal = float(grid[1] - grid[0]) / st.substeps if len(grid) > 1 else 1.0
 
     def shoot(ta_, x_, tb_, pe_):
-        from .simulate import _quiet_call
-
         n = max(1, math.ceil((tb_ - ta_) / nominal - 1e-9))
         hk = (tb_ - ta_) / n
         xc = x_
@@ -385,7 +377,6 @@ def _fixed_stepper(num, st, field: _Field, grid):
 
 
 def _native_stepper(num, st, field: _Field, samples: int = 16):
-    from .simulate import _native_for, _native_runs
 
     T = ca.SX if num.kind == "SX" else ca.MX
     t, x, P = T.sym("t"), T.sym("x", num.nx), T.sym("pe", field.np + 2 * field.n_sw)
@@ -536,7 +527,6 @@ def integrate_events(num, grid, x0, st, *, max_events: int = MAX_EVENTS, event_r
     the grid, with event rows added by ``event_rows`` ("after": the state after each event, "both": before and
     after). ``switches="step-through"`` leaves the switching surfaces to the integrator's error control."""
     from .initial import Projector
-    from .simulate import FIXED_STEP, INTEGRATORS, STEPS_FIRST
 
     hy = num.hybrid
     if event_rows not in EVENT_ROWS:
@@ -567,7 +557,7 @@ def integrate_events(num, grid, x0, st, *, max_events: int = MAX_EVENTS, event_r
     def f_at(t, x, z=None):
         return field.rate(t, x, z0 if z is None else z, modes.pe(p))
 
-    if st.integrator in INTEGRATORS:
+    if st.integrator in SUNDIALS:
         stepper = _SundialsStepper(num, st, field, STEPS_FIRST)
     elif st.integrator in FIXED_STEP:
         stepper = _BracketStepper(num, st, field, *_fixed_stepper(num, st, field, grid))

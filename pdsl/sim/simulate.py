@@ -1,18 +1,18 @@
 """Simulation on a fixed output grid: by default DOP853 with a stiffness test that hands over to CVODES BDF
 (pdsl.sim.auto), IDAS for DAEs, CVODES for events; or the integrator asked for.
 
-Exogenous inputs are bound before integration, each to an expression of
-``t`` (and the states) given on the command line, or to a column of a CSV
-file (linear interpolation in time).
+This module checks the options (:func:`_setup`), runs :func:`simulate` / :func:`simulate_batch` and evaluates the
+model along the trajectory (:class:`SimulationResult`). The parts live beside it: input signals in
+:mod:`pdsl.sim.inputs`, Baumgarte gains in :mod:`pdsl.sim.baumgarte`, which integrator runs a trajectory in
+:mod:`pdsl.sim.dispatch`, CVODES/IDAS and the native runs with their failure diagnosis in :mod:`pdsl.sim.runs`,
+event to event in :mod:`pdsl.sim.hybrid`; the integrators themselves are records of :mod:`pdsl.vocab`. Their
+names stay importable from here.
 """
 
 from __future__ import annotations
 
 import math
-import re
-import time
 from dataclasses import field, replace
-from pathlib import Path
 from typing import Mapping
 
 import casadi as ca
@@ -22,52 +22,26 @@ from ..backend.functions import NumericSystem
 from ..diagnostics import PdslError
 from ..options import parse_assignment, parse_float  # noqa: F401 (re-exported; casadi-free home)
 from ..records import record
-
-# sympy, the parser and the resolver are imported where an expression is read (input_from_expression):
-# simulating a cached model imports none of them.
+from ..vocab import AUTO, FIXED_STEP, NATIVE, SIMULATE_INTEGRATORS, STABILIZE_SIMULATE, SUNDIALS, Stabilize
+from .baumgarte import BAUMGARTE_FACTOR, BaumgarteGains, _apply_gains, _stabilization, baumgarte_gains  # noqa: F401
+from .dispatch import _INTEGRATORS, _integrate  # noqa: F401 (_INTEGRATORS: the built integrators, for tools to clear)
+from .inputs import InputSignal, _Interpolated, input_from_expression, inputs_from_csv  # noqa: F401
+from .runs import (  # noqa: F401 (re-exported: the names this module had)
+    FUNCTIONAL_FROM,
+    STEPS_FIRST,
+    STEPS_HOPELESS,
+    STEPS_MAX,
+    _failure,
+    _quiet_call,
+    _Setup,
+    iteration_for,
+)
+from .runs import SUNDIALS_PLUGINS as INTEGRATORS  # noqa: F401 name -> (CasADi plugin, options), the name it had here
 
 __all__ = ["SimulationResult", "simulate", "time_grid", "parse_assignment", "InputSignal", "input_from_expression", "inputs_from_csv"]
 
-# the default: DOP853 with a stiffness test that hands over to CVODES BDF, IDAS for DAEs, CVODES where the run
-# stops at events or switch times (pdsl.sim.auto)
-AUTO = "auto"
-# name -> (CasADi plugin, options)
-INTEGRATORS = {
-    "cvodes": ("cvodes", {"linear_multistep_method": "adams"}),  # non-stiff: Adams–Moulton
-    "cvodes-bdf": ("cvodes", {"linear_multistep_method": "bdf"}),  # stiff: BDF
-    "idas": ("idas", {}),  # DAEs
-}
-# fixed-step schemes of pdsl.numerics (unrolled CasADi graphs; symplectic: midpoint, gauss2)
-FIXED_STEP = ("euler", "rk4", "midpoint", "gauss2")
-# adaptive explicit schemes compiled to C around the generated rhs (pdsl.sim.native): small non-stiff ODEs
-NATIVE = ("dop853",)
-# Adams (``cvodes``) solves its corrector by functional (fixed-point) iteration from this many states on, by
-# Newton's method below: a non-stiff system needs no Jacobian, and for larger ones its evaluation and dense LU
-# cost more than the extra steps (measured, docs/simulate.md: double pendulum, 4 states, Newton 6.6 ms vs
-# functional 8.0 ms; 5-link chain, 20 states, 50 vs 41 ms; Cucker–Smale, 200 states, 3.3× faster). Not below
-# 64 states: at tight tolerances functional iteration's corrector is less accurate (the rigid rotor, 24 states,
-# rtol 1e-11: energy drift 4e-9 relative with it, < 1e-9 with Newton), and small systems gain little.
-FUNCTIONAL_FROM = 64
-# CVODES/IDAS take at most this many steps towards one output time: STEPS_FIRST, and when that is not enough the
-# run is redone with STEPS_MAX, unless the solver stalled (t + h = t: a finite-time blow-up, a singularity) or its
-# progress projects more than STEPS_HOPELESS steps for the interval (sign() chattering: Coulomb friction). A
-# blow-up used to take all 1,000,000 steps at t = 1, and print a warning at each (issue 26; pdsl.quiet).
-STEPS_FIRST = 100_000
-STEPS_MAX = 1_000_000
-STEPS_HOPELESS = 10 * STEPS_MAX
-
-
-@record(kw_only=False, slots=False)
-class InputSignal:
-    """An exogenous input bound to ``fn(t, x, p) -> value`` (CasADi-callable)."""
-
-    name: str
-    fn: object
-    description: str
-    # with conditions on t alone (``--input "F=if t < 1 then 0 else 2"``): fn_mode(t, t_mode, x, p) reads them
-    # at t_mode, and switches(t, p) -> g changes sign at the switching times (pdsl.backend.events)
-    fn_mode: object = None
-    switches: object = None
+# what simulate accepts (pdsl.vocab): AUTO, then the integrators by name; --stabilize
+STABILIZERS = STABILIZE_SIMULATE
 
 
 @record(kw_only=False, slots=False)
@@ -134,223 +108,6 @@ def time_grid(t_end: float, dt: float) -> np.ndarray:
     return np.linspace(0.0, steps * dt, steps + 1)
 
 
-def input_from_expression(num: NumericSystem, name: str, text: str) -> InputSignal:
-    """``--input F=sin(t)``: an expression of t, states and parameters (pdsl syntax)."""
-    from .. import symbols as S
-    from ..backend.sympy_to_casadi import Converter
-    from ..parse.parser import parse_expression
-    from ..resolve.expressions import Evaluator, Scope
-
-    origin = f"--input {name}"
-    expr_ast = parse_expression(text, origin)
-    sys = num.system
-    names: dict[str, object] = {"t": S.TIME}
-    names.update({s.name: s.symbol for s in sys.states})
-    names.update({q.name: q.symbol for q in sys.params})
-    expr = Evaluator(Scope(names)).scalar(expr_ast, f"input `{name}`")
-    t = ca.SX.sym("t")
-    x = ca.SX.sym("x", num.nx)
-    p = ca.SX.sym("p", len(num.p_names))
-    symbols = {S.TIME: t}
-    symbols.update({s.symbol: x[i] for i, s in enumerate(sys.states)})
-    symbols.update({q.symbol: p[i] for i, q in enumerate(sys.params)})
-    fn = ca.Function(f"u_{len(name)}", [t, x, p], [Converter(symbols)(expr)])
-    from ..backend.events import MODE_TIME, mode_substitution, switch_functions, time_conditions
-
-    conditions = time_conditions([expr], {q.symbol for q in sys.params})
-    if not conditions:
-        return InputSignal(name=name, fn=fn, description=text)
-    tm = ca.SX.sym("t_mode")
-    conv = Converter({**symbols, MODE_TIME: tm})
-    fn_mode = ca.Function(f"u_mode_{len(name)}", [t, tm, x, p], [conv(expr.xreplace(mode_substitution(conditions)))])
-    switches = ca.Function(f"u_switches_{len(name)}", [t, p], [ca.vertcat(*[conv(g) for g in switch_functions(conditions)])])
-    return InputSignal(name=name, fn=fn, description=text, fn_mode=fn_mode, switches=switches)
-
-
-def inputs_from_csv(path: str | Path, wanted: tuple[str, ...], *,
-                    cover: tuple[float, float] | None = None, units=None) -> dict[str, InputSignal]:
-    """Columns of a CSV with a ``t`` column, interpolated linearly in time.
-
-    Every column is ``t`` or one of ``wanted``; at least two rows with increasing ``t``;
-    ``cover = (t0, t_end)``: the samples must span that interval (no extrapolation).
-    Problems are ``BadCsv`` errors at the file's cell. ``units``: the model's ``{name: unit}``, into which columns
-    with a unit in the file's metadata are converted (pdsl.data.units).
-    """
-    from ..data.csvio import cell_span, read_table, shown_value
-    from ..data.units import to_model_units
-    from ..diagnostics import Span
-
-    table = to_model_units(read_table(path), dict(units or ()))
-    p = table.path
-    inputs = ", ".join(wanted) or "none"
-    for k, name in enumerate(table.columns):
-        if name != "t" and name not in wanted:
-            raise PdslError.at("BadCsv", f"column `{shown_value(name)}` is not an exogenous input of the model",
-                               cell_span(p, 1, k), f"input data has a `t` column and one column per input; inputs: {inputs}")
-    if "t" not in table.columns:
-        raise PdslError.at("BadCsv", "no `t` column", Span.point(p, 1, 1),
-                           hint="the first column of a trajectory CSV is the time t")
-    tc = table.columns.index("t")
-    if len(table.data) < 2:
-        raise PdslError.at("BadCsv", f"input data needs at least 2 rows to interpolate, {p} has {len(table.data)}",
-                           cell_span(p, 1 + len(table.data), tc),
-                           "give the input at two or more times covering the simulated interval (linear in between)")
-    t = table.column("t")
-    steps = np.diff(t)
-    if np.any(steps <= 0):
-        row = int(np.argmax(steps <= 0)) + 3
-        raise PdslError.at("BadCsv", f"time does not increase: t = {float(t[row - 2])!r} after {float(t[row - 3])!r}",
-                           cell_span(p, row, tc), "input data must be sorted by t, each time once")
-    if cover is not None:
-        t0, t1 = cover
-        tol = 1e-9 * max(1.0, abs(t0), abs(t1))
-        if t[0] > t0 + tol:
-            raise PdslError.at("BadCsv", f"input data starts at t = {float(t[0])!r}, after the simulation start t = {t0:g}",
-                               cell_span(p, 2, tc), "inputs are not extrapolated: add a sample at or before the start")
-        if t[-1] < t1 - tol:
-            raise PdslError.at("BadCsv", f"input data ends at t = {float(t[-1])!r}, before the simulation end t = {t1:g}",
-                               cell_span(p, len(table.data) + 1, tc),
-                               "inputs are not extrapolated: add samples up to --t-end, or shorten --t-end")
-    out = {}
-    for name in wanted:
-        if name not in table.columns:
-            continue
-        interp = ca.interpolant(f"u_{len(out)}", "linear", [t], table.column(name))
-        out[name] = InputSignal(name=name, fn=_lift_interp(interp), description=f"column `{name}` of {path}")
-    return out
-
-
-class _Interpolated:
-    """An interpolant of t as an input signal ``fn(t, x, p)``."""
-
-    def __init__(self, interp):
-        self.interp = interp
-
-    def __call__(self, t, x, p):
-        return self.interp(t)
-
-
-def _lift_interp(interp):
-    return _Interpolated(interp)
-
-
-STABILIZERS = ("none", "project", "baumgarte")
-BAUMGARTE_FACTOR = 3.0  # default gains: critically damped, this many times the fastest rate of the motion
-
-
-@record(kw_only=False, slots=False)
-class BaumgarteGains:
-    """α, β of Φ̈ + 2αΦ̇ + β²Φ = 0 and how they were chosen."""
-
-    alpha: float
-    beta: float
-    how: str
-
-
-def baumgarte_gains(num: NumericSystem, X0: np.ndarray, p: np.ndarray, grid: np.ndarray, *,
-                    alpha: float | None = None, beta: float | None = None, fixed_step: float | None = None) -> BaumgarteGains:
-    """Gains for Baumgarte stabilisation; the defaults come from the time scale of the motion.
-
-    α = β = ω (critical damping: a violation decays like (1 + ωt)e^(−ωt)) with
-    ω = BAUMGARTE_FACTOR·ρ, ρ the fastest rate of the motion over the starts X0 (at most
-    100 of them), the largest of
-
-    * the spectral radius of ∂f/∂x (a spring's √(k/m), a potential's curvature);
-    * max |ẋ|/L and √(max |ẍ|/L), L the length scale of the constraints (the smallest
-      ‖∇Φ_k‖/‖∇²Φ_k‖ over the quadratic rows: a link length, a body's axis length):
-      a rotation rate, and √(g/l) for a pendulum even where ∂f/∂x vanishes (at rest,
-      horizontal);
-
-    floored at 1/(t_end − t0). For a fixed-step scheme ω is capped at 1/h to keep the step
-    stable. One gain given: the other takes the same value (critical damping).
-    """
-    for name, v in (("--baumgarte-alpha", alpha), ("--baumgarte-beta", beta)):
-        if v is not None and not (math.isfinite(v) and v >= 0):
-            raise PdslError.at("BadOption", f"{name} must be a non-negative number, got {v}",
-                               hint="α damps Φ̇ and β² pulls Φ back; α = β (critical damping) is the usual choice")
-    if alpha is not None or beta is not None:
-        a = alpha if alpha is not None else beta
-        b = beta if beta is not None else alpha
-        return BaumgarteGains(alpha=float(a), beta=float(b), how="given")
-    rho = max(_motion_rate(num, x0, p, float(grid[0])) for x0 in np.atleast_2d(X0)[:100])
-    floor = 1.0 / float(grid[-1] - grid[0])
-    omega = BAUMGARTE_FACTOR * max(rho, floor)
-    how = f"{BAUMGARTE_FACTOR:g} × the fastest rate of the motion at the start, {max(rho, floor):.4g}/s"
-    if fixed_step is not None and omega * fixed_step > 1.0:
-        omega = 1.0 / fixed_step
-        how = f"capped at 1/h for the fixed step h = {fixed_step:g}"
-    return BaumgarteGains(alpha=omega, beta=omega, how=how)
-
-
-def _motion_rate(num: NumericSystem, x0: np.ndarray, p: np.ndarray, t0: float) -> float:
-    """ρ of :func:`baumgarte_gains` at one state (gains set to zero)."""
-    T = ca.SX if num.kind == "SX" else ca.MX
-    x = T.sym("x", num.nx)
-    q = p.copy()
-    q[[num.p_names.index(n) for n in num.system.stabilization_params]] = 0.0
-    f = num.dae(t0, x, num.z_start, q, ca.DM.zeros(len(num.u_names), 1))[0]
-    phi = num.constraints(t0, x, q)
-    symbols = set().union(*(c.residual.free_symbols for c in num.system.constraints))
-    pos = [i for i, s in enumerate(num.system.states) if s.symbol in symbols]
-    vel = f[pos]
-    outs = [ca.jacobian(f, x), vel, ca.jtimes(vel, x, f), ca.jacobian(phi, x)]
-    outs += [ca.hessian(phi[k], x)[0] for k in range(phi.shape[0])]
-    vals = [np.asarray(v) for v in ca.Function("rates", [x], outs)(x0)]
-    J, v, a, D, H = vals[0], vals[1].ravel(), vals[2].ravel(), vals[3], vals[4:]
-    if not all(np.all(np.isfinite(m)) for m in vals):
-        return 0.0
-    rate = float(np.max(np.abs(np.linalg.eigvals(J)))) if J.size else 0.0
-    lengths = [np.linalg.norm(D[k]) / np.linalg.norm(Hk, 2) for k, Hk in enumerate(H) if np.any(Hk != 0)]
-    lengths = [L for L in lengths if L > 0 and np.isfinite(L)]
-    if lengths and v.size:
-        L = min(lengths)
-        rate = max(rate, float(np.max(np.abs(v))) / L, math.sqrt(float(np.max(np.abs(a))) / L))
-    return rate
-
-
-def _stabilization(num: NumericSystem) -> str:
-    return num.system.stabilization
-
-
-def _apply_gains(num, st: "_Setup", X0, grid, alpha, beta, params) -> tuple["_Setup", dict]:
-    """Put the Baumgarte gains into the parameter vector (unless given as parameters)."""
-    if st.stabilize != "baumgarte":
-        if alpha is not None or beta is not None:
-            raise PdslError.at("BadOption", "--baumgarte-alpha/--baumgarte-beta need --stabilize baumgarte")
-        return st, {}
-    names = num.system.stabilization_params
-    given = {n: (params or {})[n] for n in names if n in (params or {})}
-    if given and (alpha is not None or beta is not None):
-        raise PdslError.at("BadOption", "give the Baumgarte gains either as --baumgarte-alpha/-beta or as --param, not both")
-    if given:
-        alpha, beta = given.get(names[0]), given.get(names[1])
-    h = float(grid[1] - grid[0]) / st.substeps if st.integrator in FIXED_STEP and len(grid) > 1 else None
-    gains = baumgarte_gains(num, X0, st.p, grid, alpha=alpha, beta=beta, fixed_step=h)
-    p = st.p.copy()
-    p[num.p_names.index(names[0])], p[num.p_names.index(names[1])] = gains.alpha, gains.beta
-    return replace(st, p=p), {"baumgarte": gains}
-
-
-@record(kw_only=False, slots=False)
-class _Setup:
-    p: np.ndarray
-    integrator: str
-    rtol: float
-    atol: float
-    substeps: int
-    stabilize: str
-    inputs: dict
-    switches: tuple[float, ...] = ()  # times where a condition on t alone changes (integration stops there)
-    state_conditions: int = 0  # conditions on the state: stepped through, not located
-    rhs: object = None  # pdsl.sim.compiled.RhsPlan: VM or compiled C (CVODES/IDAS), decided by the first integrator
-    iteration: str = ""  # CVODES Adams: "newton" or "functional" (FUNCTIONAL_FROM)
-    counts: dict = field(default_factory=dict)  # native integrators: evaluations and steps, summed over runs
-    # power_integral: {"want": True} asks the integrator for ∫ power dt; it answers "Q" (per run) and "how"
-    quad: dict = field(default_factory=dict)
-    start: tuple | None = None  # (t0, x0) of the (first) run: what a failure's diagnosis integrates from
-    switches_mode: str = "locate"  # switching surfaces on the state: located (pdsl.sim.hybrid) or stepped through
-    # --integrator auto (pdsl.sim.auto): {"why": the choice, "switches": [where DOP853 handed over to CVODES]}
-    auto: dict = field(default_factory=dict)
 
 
 def _setup(num, params, inputs, integrator, rtol, atol, substeps, stabilize, compile="auto") -> _Setup:
@@ -382,9 +139,9 @@ def _setup(num, params, inputs, integrator, rtol, atol, substeps, stabilize, com
 
         integrator, why = choose(num, rtol, stabilize)
         auto = {"why": why}
-    if integrator not in INTEGRATORS and integrator not in FIXED_STEP and integrator not in NATIVE:
+    if integrator not in SIMULATE_INTEGRATORS:
         raise PdslError.at("BadOption", f"--integrator {integrator}: unknown",
-                           hint="one of: " + ", ".join([AUTO, *INTEGRATORS, *NATIVE, *FIXED_STEP]))
+                           hint="one of: " + ", ".join([AUTO, *SIMULATE_INTEGRATORS]))
     if integrator in NATIVE and compile == "no" and not auto:
         raise PdslError.at("BadOption", f"--integrator {integrator} is compiled C: it cannot run with --compile no",
                            hint="use --integrator cvodes for CasADi's VM")
@@ -397,24 +154,24 @@ def _setup(num, params, inputs, integrator, rtol, atol, substeps, stabilize, com
     if stabilize != "none" and num.invariants.size1_out(0) == 0:
         raise PdslError.at("BadOption", "--stabilize needs a model with constraints")
     lowered = _stabilization(num)
-    if stabilize == "baumgarte" and lowered != "baumgarte":
+    if stabilize == Stabilize.BAUMGARTE and lowered != Stabilize.BAUMGARTE:
         raise PdslError.at("BadOption", "stabilize='baumgarte' needs the Baumgarte rows in the lowered system",
                            num.system.span, "lower the model with lower(model, formulation, stabilize='baumgarte')")
-    if lowered == "baumgarte" and stabilize != "baumgarte":
+    if lowered == Stabilize.BAUMGARTE and stabilize != Stabilize.BAUMGARTE:
         raise PdslError.at("BadOption", f"this system was lowered with Baumgarte rows: simulate it with "
                            f"stabilize='baumgarte', not {stabilize!r}", num.system.span)
     if num.nx == 0:
         raise PdslError.at("EmptyModel", f"{num.system.name} has no differential states to integrate", num.system.span)
     from ..cache import default_cache
 
-    iteration = ("functional" if num.nx >= FUNCTIONAL_FROM else "newton") if integrator == "cvodes" else ""
+    iteration = iteration_for(num, integrator)
     if integrator in NATIVE:
         if not rtol >= 100 * np.finfo(float).eps:  # scipy's floor for DOP853 (rounding dominates below it)
             raise PdslError.at("BadOption", f"--rtol {rtol:g} is below 100 machine epsilons (2.2e-14) for {integrator}")
         # auto: the compiled driver or the same steps from Python over the VM, as the build pays (pdsl.sim.auto)
         rhs = RhsPlan(mode=compile if auto else "yes", cache=default_cache())
     else:
-        rhs = RhsPlan(mode=compile, cache=default_cache()) if integrator in INTEGRATORS else None
+        rhs = RhsPlan(mode=compile, cache=default_cache()) if integrator in SUNDIALS else None
     return _Setup(
         p=num.param_vector(dict(params or {})), integrator=integrator, rtol=rtol,
         atol=rtol * 1e-2 if atol is None else atol, substeps=substeps, stabilize=stabilize, inputs=inputs,
@@ -618,7 +375,7 @@ def _locate_switches(num, st: _Setup, grid) -> _Setup:
     st = replace(st, state_conditions=num.state_conditions) if num.state_conditions else st
     fns = [num.switches] if num.switches is not None else []
     fns += [sig.switches for sig in st.inputs.values() if getattr(sig, "switches", None) is not None]
-    if not fns or (st.integrator not in INTEGRATORS and st.integrator not in NATIVE) or st.stabilize == "project" \
+    if not fns or (st.integrator not in SUNDIALS and st.integrator not in NATIVE) or st.stabilize == Stabilize.PROJECT \
             or len(grid) < 2:
         return st
     from ..backend.events import switch_times
@@ -627,528 +384,6 @@ def _locate_switches(num, st: _Setup, grid) -> _Setup:
     tol = 1e-12 * max(1.0, abs(float(grid[0])), abs(float(grid[-1])))
     merged = [r for k, r in enumerate(times) if k == 0 or r - times[k - 1] > tol]
     return replace(st, switches=tuple(merged))
-
-
-def _dae_exprs(num, st: _Setup, sigs: tuple):
-    """Symbols (t, x, z, P) and the model's (xdot, g) with the input signals ``sigs`` bound in."""
-    T = ca.SX if num.kind == "SX" else ca.MX
-    t, x, z, P = T.sym("t"), T.sym("x", num.nx), T.sym("z", num.nz), T.sym("p", len(st.p))
-    u = ca.vertcat(*[fn(t, x, P) for fn in sigs]) if sigs else T(0, 1)
-    return (t, x, z, P, *num.dae(t, x, z, P, u))
-
-
-def _integrate(num, grid, X0, st: _Setup, threads: int = 1) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Trajectories (len(grid) × nx states, len(grid) × nz algebraics) for each row of X0."""
-    if st.stabilize != "project" and st.integrator in INTEGRATORS and not st.switches:
-        return _integrate_sundials(num, grid, X0, st, threads)
-    if st.stabilize != "project" and st.integrator in NATIVE and not st.switches:
-        if st.auto:
-            from .auto import integrate
-
-            return integrate(num, grid, X0, st, threads)
-        return _integrate_native(num, grid, X0, st, threads)
-    t, x, z, P, xdot, g = _dae_exprs(num, st, tuple(st.inputs[name].fn for name in num.u_names))
-    n = X0.shape[0]
-    if st.stabilize == "project":
-        return [_integrate_projected(num, grid, x0, st, t, x, z, P, xdot, g) for x0 in X0]
-    if st.integrator in FIXED_STEP:
-        from ..numerics.fixed_step import make_rollout
-
-        h = float(grid[1] - grid[0]) / st.substeps
-        quad = bool(st.quad.get("want")) and n == 1
-        if quad:  # ∫ power dt as one more state of the scheme: its own stages and steps (the states do not depend on it)
-            q = type(x).sym("q")
-            f = ca.Function("f", [t, ca.vertcat(x, q), P],
-                            [ca.vertcat(xdot, _power_expr(num, tuple(st.inputs[k].fn for k in num.u_names), t, x, z, P))])
-            X0 = np.column_stack([X0, np.zeros(n)])
-        else:
-            f = ca.Function("f", [t, x, P], [xdot])
-        rollout = make_rollout(f, st.integrator, h, (len(grid) - 1) * st.substeps)
-        F = rollout.map(n, "thread", threads) if n > 1 else rollout
-        steps = (len(grid) - 1) * st.substeps
-        out = np.asarray(_quiet_call(num, st, F, float(grid[0]), X0.T, st.p))  # nx × (steps · n), run after run
-        if quad:
-            st.quad.update(Q=[np.concatenate([[0.0], out[-1, st.substeps - 1 :: st.substeps]])],
-                           how=f"one more state of {st.integrator}")
-            out, X0 = out[:-1], X0[:, :-1]
-        runs = []
-        for k in range(n):
-            Xk = out[:, k * steps : (k + 1) * steps]
-            Xk = np.column_stack([X0[k], Xk[:, st.substeps - 1 :: st.substeps]]).T
-            runs.append((Xk, np.zeros((len(grid), 0))))
-        return runs
-    return _integrate_segments(num, grid, X0, st, t, x, z, P, threads)
-
-
-# CVODES/IDAS integrators built in this process, for a repeated simulate of the same system on the same grid
-# (a sweep, a benchmark): building one costs ~1 ms (double pendulum) to ~8 ms (5-link chain, with the
-# Jacobian and the key of its compiled library). Keyed by the identity of the system's dae Function and of the
-# input signals (kept in the entry and compared with ``is``), the options and the grid.
-_INTEGRATORS: dict = {}
-_INTEGRATORS_MAX = 16
-
-
-def _main_integrator(num, grid, X0, st: _Setup, steps: int = STEPS_FIRST):
-    from . import compiled
-
-    sigs = tuple(st.inputs[name].fn for name in num.u_names)
-    objs = (num.dae, *sigs)
-    quad = bool(st.quad.get("want"))
-    key = (tuple(id(o) for o in objs), num.kind, st.integrator, st.iteration, st.rtol, st.atol, steps, quad,
-           st.rhs.mode if st.rhs is not None else None,
-           str(getattr(st.rhs.cache, "root", "")) if st.rhs is not None else "", grid.tobytes())
-    hit = _INTEGRATORS.get(key)
-    if hit is not None and all(a is b for a, b in zip(hit["objs"], objs)) and hit["generation"] in (None, compiled.generation()):
-        if st.rhs is not None:
-            st.rhs.compiled, st.rhs.reason = hit["compiled"], hit["reason"]
-        return hit["F"]
-    t, x, z, P, xdot, g = _dae_exprs(num, st, sigs)
-    F = _sundials(num, st, t, x, z, P, xdot, g, float(grid[0]), [float(v) for v in grid], (X0[0], st.p, num.z_start),
-                  steps, quad=_power_expr(num, sigs, t, x, z, P) if quad else None)
-    rhs = st.rhs
-    if len(_INTEGRATORS) >= _INTEGRATORS_MAX:
-        _INTEGRATORS.pop(next(iter(_INTEGRATORS)))
-    _INTEGRATORS[key] = {"objs": objs, "F": F, "compiled": rhs.compiled if rhs else None, "reason": rhs.reason if rhs else "",
-                         # a VM run chosen by the auto rule is redone once a library gets built in this process
-                         "generation": compiled.generation() if rhs is not None and rhs.mode == "auto" and not rhs.compiled
-                         else None}
-    return F
-
-
-def _native_for(st: _Setup, t, x, P, xdot, key_objs: tuple = ()):
-    """The compiled integrator (pdsl.sim.native) of ``xdot(t, x, P)``; the build is reported in st.rhs."""
-    from .native import native_integrator
-
-    nat = native_integrator(ca.Function("f", [t, x, P], [xdot]), st.rhs.cache, key_objs)
-    if st.rhs.compiled is None:
-        st.rhs.compiled, st.rhs.reason = True, nat.how
-    return nat
-
-
-def _native_runs(num, st: _Setup, nat, X0, p, tout, threads: int) -> list[np.ndarray]:
-    """States at ``tout`` for each row of X0; the counts are added to st.counts."""
-    try:
-        runs = nat.run_many(np.atleast_2d(X0), p, np.asarray(tout, dtype=float), st.rtol, st.atol, threads)
-    except RuntimeError as exc:
-        raise _failure(num, st, exc) from None
-    for _, counts in runs:
-        for k, v in counts.items():
-            st.counts[k] = st.counts.get(k, 0) + v
-    return [X for X, _ in runs]
-
-
-def _integrate_native(num, grid, X0, st: _Setup, threads: int):
-    sigs = tuple(st.inputs[name].fn for name in num.u_names)
-    t, x, _, P, xdot, _ = _dae_exprs(num, st, sigs)
-    nat = _native_for(st, t, x, P, xdot, (num.dae, *sigs))
-    m = len(grid)
-    return [(X, np.zeros((m, 0))) for X in _native_runs(num, st, nat, X0, st.p, grid, threads)]
-
-
-def _integrate_sundials(num, grid, X0, st: _Setup, threads: int):
-    n = X0.shape[0]
-
-    def run(steps):
-        F = _main_integrator(num, grid, X0, st, steps)
-        if n == 1:
-            return F(x0=X0[0], p=st.p, z0=num.z_start)
-        return F.map(n, "thread", threads)(x0=X0.T, p=st.p, z0=np.tile(num.z_start[:, None], n))
-
-    res = _run_sundials(num, st, run, [float(v) for v in grid])
-    if n == 1:
-        if st.quad.get("want"):  # ∫ power dt, integrated by the solver with the states (a quadrature)
-            st.quad.update(Q=[np.asarray(res["qf"], dtype=float).ravel()],
-                           how=f"{INTEGRATORS[st.integrator][0].upper()} quadrature")
-        return [(np.asarray(res["xf"]).T, np.asarray(res["zf"]).T if num.nz else np.zeros((len(grid), 0)))]
-    xf = np.asarray(res["xf"])  # nx × (len(grid) · n), trajectory after trajectory
-    zf = np.asarray(res["zf"])
-    m = len(grid)
-    return [
-        (xf[:, k * m : (k + 1) * m].T, zf[:, k * m : (k + 1) * m].T if num.nz else np.zeros((m, 0)))
-        for k in range(n)
-    ]
-
-
-def _sundials(num, st, t, x, z, P, xdot, g, t0, tout, start=None, steps: int = STEPS_MAX, quad=None):
-    """The CVODES/IDAS integrator over ``tout``; ``start`` = (x0, p, z0) for the probe of ``--compile auto``;
-    at most ``steps`` steps towards each output time; ``quad``: an integrand integrated with the states (a
-    quadrature: the solver's own steps and method, outside its error test, so the states do not change by a bit)."""
-    plugin, plugin_opts = INTEGRATORS[st.integrator]
-    dae = {"t": t, "x": x, "p": P, "ode": xdot}
-    if num.nz:
-        dae.update({"z": z, "alg": g})
-    if quad is not None:
-        dae["quad"] = quad
-    size = num.dae.n_instructions()
-    if size > BIG_RHS and id(num.dae) not in _ANNOUNCED:
-        _ANNOUNCED.add(id(num.dae))
-        from .compiled import progress
-
-        progress(f"the right-hand side is {size:,} instructions: building the {plugin.upper()} integrator (its "
-                 "Jacobian) and each evaluation take long")
-    # show_eval_warnings: a right-hand side that is inf or NaN at a trial step (a blow-up) is a rejected step
-    # that CVODES retries smaller, and CasADi printed a warning line for each (hundreds of thousands)
-    opts = {"abstol": st.atol, "reltol": st.rtol, "max_num_steps": steps, "show_eval_warnings": False, **plugin_opts}
-    if st.iteration == "functional":
-        opts["nonlinear_solver_iteration"] = "functional"
-    if quad is not None and QUAD_ERR_CON:
-        opts["quad_err_con"] = True
-    # the output grid includes t0, so that z(t0) is the consistent value IDAS computes, not the guess
-    try:
-        built = time.perf_counter()
-        F = ca.integrator("F", plugin, dae, t0, tout, opts)
-        took = time.perf_counter() - built
-        if took > _progress_s():
-            from .compiled import progress
-
-            progress(f"building the {plugin.upper()} integrator took {took:.1f} s (right-hand side {size:,} "
-                     f"instructions{_jacobian_size(F)})")
-        if st.rhs is None or start is None:
-            return F
-        return st.rhs.integrator(F, plugin, t0, tout, opts, lambda Fp, h: _probe(Fp, start, h),
-                                 time.perf_counter() - built)
-    except RuntimeError as exc:
-        raise _failure(num, st, exc) from None
-
-
-QUAD_ERR_CON = True
-BIG_RHS = 200_000  # a right-hand side of more VM instructions says so before its integrator is built (progress)
-_ANNOUNCED: set = set()  # ids of dae Functions already announced as big
-
-
-def _progress_s() -> float:
-    from .compiled import PROGRESS_S
-
-    return PROGRESS_S
-
-
-def _jacobian_size(F) -> str:
-    try:
-        return f", its Jacobian {F.get_function('jacF').n_instructions():,}"
-    except RuntimeError:
-        return ""
-
-
-def _power_expr(num, sigs: tuple, t, x, z, P):
-    """The model's power (dE/dt along the flow: supplied − dissipated) with the input signals ``sigs`` bound in."""
-    u = ca.vertcat(*[fn(t, x, P) for fn in sigs]) if sigs else type(x)(0, 1)
-    return num.power(t, x, z, P, u)
-
-
-def _probe(F, start, h: float) -> tuple[dict, bool]:
-    """(statistics, stopped at max_num_steps) of a short VM run over a span ``h`` (pdsl.sim.compiled's scaled probe)
-    from ``start`` = (x0, p, z0[, repeats]); the counts are multiplied by ``repeats``: how many integrations like
-    this one the run makes (segments, intervals)."""
-    from .. import quiet
-
-    x0, p, z0, *more = start
-    repeats = more[0] if more else 1.0
-    try:
-        with quiet.capture(tally=False):  # a probe stopped at its step cap says so ("mxstep steps taken"): expected
-            F(x0=x0, p=np.append(p, h), z0=z0)
-        capped = False
-    except RuntimeError:
-        capped = True
-    try:
-        stats = dict(F.stats())
-    except RuntimeError:
-        return {}, capped
-    return {k: v * repeats for k, v in stats.items() if k in ("nfevals", "nlinsetups", "nsteps")}, capped
-
-
-def _integrate_segments(num, grid, X0, st: _Setup, t, x, z, P, threads):
-    """CVODES/IDAS from switch to switch (st.switches): each segment is a fresh integration that ends exactly
-    at the switch, with the conditions on t alone (of the model and of --input expressions) frozen at their
-    value inside the segment (its middle)."""
-    tm = type(x).sym("t_mode")
-    sigs = [st.inputs[name] for name in num.u_names]
-    u = ca.vertcat(*[sig.fn_mode(t, tm, x, P) if getattr(sig, "fn_mode", None) is not None else sig.fn(t, x, P)
-                     for sig in sigs]) if sigs else type(x)(0, 1)
-    xdot, g = num.dae_modes(t, tm, x, z, P, u) if num.dae_modes is not None else num.dae(t, x, z, P, u)
-    n, m = X0.shape[0], len(grid)
-    tol = 1e-12 * max(1.0, abs(float(grid[0])), abs(float(grid[-1])))
-    edges = [float(grid[0]), *st.switches, float(grid[-1])]
-    Xs = np.zeros((n, m, num.nx))
-    Zs = np.zeros((n, m, num.nz))
-    Xs[:, 0], Zs[:, 0] = X0, num.z_start
-    xa, za = X0.T.copy(), np.tile(num.z_start[:, None], n)
-    nat = _native_for(st, t, x, ca.vertcat(P, tm), xdot) if st.integrator in NATIVE else None
-    for a, b in zip(edges[:-1], edges[1:]):
-        inside = [k for k in range(1, m) if a + tol < grid[k] < b - tol]
-        at_end = [k for k in range(1, m) if abs(grid[k] - b) <= tol]
-        tout = [float(grid[k]) for k in inside] + [b]
-        if nat is not None:  # an ODE (native integrators refuse DAEs)
-            runs = _native_runs(num, st, nat, xa.T, np.append(st.p, 0.5 * (a + b)), [a, *tout], threads)
-            xf = np.stack([X[1:].T for X in runs], axis=1)  # nx × n × len(tout)
-            zf = np.zeros((0, n, len(tout)))
-        else:
-            def run(steps, a=a, b=b, tout=tout, xa=xa, za=za):
-                F = _sundials(num, st, t, x, z, ca.vertcat(P, tm), xdot, g, a, tout,
-                              (xa[:, 0], np.append(st.p, 0.5 * (a + b)), za[:, 0], (edges[-1] - edges[0]) / (b - a)),
-                              steps)
-                if n > 1:
-                    F = F.map(n, "thread", threads)
-                return F(x0=xa, p=np.append(st.p, 0.5 * (a + b)), z0=za)
-
-            res = _run_sundials(num, st, run, [a, *tout])
-            xf = np.asarray(res["xf"]).reshape(num.nx, n, len(tout)) if n > 1 else np.asarray(res["xf"])[:, None, :]
-            zf = (np.asarray(res["zf"]).reshape(num.nz, n, len(tout)) if n > 1 else np.asarray(res["zf"])[:, None, :]) \
-                if num.nz else np.zeros((0, n, len(tout)))
-        for j, k in enumerate(inside + at_end[:1]):
-            Xs[:, k] = xf[:, :, j if k in inside else -1].T
-            Zs[:, k] = zf[:, :, j if k in inside else -1].T
-        xa, za = xf[:, :, -1], zf[:, :, -1]
-    return [(Xs[i], Zs[i]) for i in range(n)]
-
-
-def _integrate_projected(num, grid, x0, st, t, x, z, P, xdot, g):
-    """Integrate interval by interval, projecting onto the invariants after each one."""
-    from .initial import Projector
-
-    proj = Projector(num)
-    T = type(x)
-    s, tk = T.sym("s"), T.sym("tk")
-    local = ca.Function("local", [t, x, z, P], [xdot, g])
-    xd, gg = local(tk + s, x, z, P)
-    dt = float(grid[1] - grid[0])
-    X, Z = [np.array(x0, dtype=float)], [num.z_start.copy()]
-    if st.integrator in NATIVE:
-        nat = _native_for(st, s, x, ca.vertcat(P, tk), xd)
-        for k in range(len(grid) - 1):
-            xk = _native_runs(num, st, nat, X[-1], np.append(st.p, grid[k]), [0.0, dt], 1)[0][-1]
-            X.append(proj.project(xk, st.p, float(grid[k + 1])).x)
-        return np.array(X), np.zeros((len(grid), 0))
-    if st.integrator in FIXED_STEP:
-        from ..numerics.fixed_step import make_step
-
-        step = make_step(ca.Function("f", [s, x, ca.vertcat(P, tk)], [xd]), st.integrator, dt / st.substeps)
-        for k in range(len(grid) - 1):
-            xk = X[-1]
-            for j in range(st.substeps):
-                xk = np.asarray(_quiet_call(num, st, step, j * dt / st.substeps, xk, np.append(st.p, grid[k]))).ravel()
-            X.append(proj.project(xk, st.p, float(grid[k + 1])).x)
-            Z.append(Z[-1])
-        return np.array(X), np.zeros((len(grid), 0))
-    built: dict = {}
-
-    def run(steps, k=0):
-        if steps not in built:
-            built[steps] = _sundials(num, st, s, x, z, ca.vertcat(P, tk), xd, gg, 0.0, [dt],
-                                     (X[0], np.append(st.p, grid[0]), Z[0], len(grid) - 1), steps)
-        return built[steps](x0=X[-1], p=np.append(st.p, grid[k]), z0=Z[-1])
-
-    for k in range(len(grid) - 1):
-        res = _run_sundials(num, st, lambda steps, k=k: run(steps, k), [float(grid[k]), float(grid[k + 1])])
-        X.append(proj.project(np.asarray(res["xf"]).ravel(), st.p, float(grid[k + 1])).x)
-        Z.append(np.asarray(res["zf"]).ravel())
-    return np.array(X), (np.array(Z) if num.nz else np.zeros((len(grid), 0)))
-
-
-def _run_sundials(num, st: _Setup, run, edges: list[float]):
-    """``run(steps)``: build and call a CVODES/IDAS integrator taking at most ``steps`` steps per output time, with
-    what it prints captured (pdsl.quiet). First STEPS_FIRST; on CV_TOO_MUCH_WORK again with STEPS_MAX unless
-    :func:`_more_steps_may_help` says no. ``edges``: the start and the output times of the integration.
-
-    What the first attempt printed counts in the CLI's note (pdsl.quiet) only when it is the last one: a run
-    redone with more steps prints it all again, and a redone run that succeeds printed nothing worth a note
-    (Robertson's ``At t = ..., mxstep steps taken before reaching tout.`` of the first attempt)."""
-    from .. import quiet
-
-    for steps in (STEPS_FIRST, STEPS_MAX):
-        with quiet.capture(tally=steps == STEPS_MAX) as out:
-            try:
-                return run(steps)
-            except RuntimeError as exc:
-                err = exc
-        verdict = _more_steps_may_help(err, out, edges, steps)
-        if steps == STEPS_MAX or verdict is not True:
-            if steps != STEPS_MAX:
-                _tally(out)
-            raise _failure(num, st, err, out, steps, verdict if isinstance(verdict, str) else "")
-
-
-def _tally(out) -> None:
-    """Add a captured call's output (pdsl.quiet.Output: counts, head, tail) to the process-wide tally the CLI notes."""
-    from .. import quiet
-
-    if not out or quiet._passthrough:
-        return
-    total = quiet.total()
-    with quiet._feed_lock:
-        total.feed(out.head)
-        if not out.complete:
-            total.feed(out.tail)  # then the counts of what neither kept (or twice, where they overlap)
-            total.chars += out.chars - len(out.head) - len(out.tail)
-            total.newlines += out.newlines - out.head.count("\n") - out.tail.count("\n")
-
-
-_AT_T = re.compile(r"At t = ?([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)")
-_MXSTEP = re.compile(r"At t = ?([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?),+ *mxstep")
-
-
-def _more_steps_may_help(exc: Exception, out, edges: list[float], steps: int) -> bool | str:
-    """After a run stopped at ``steps`` steps: could STEPS_MAX reach the output times? Not when the solver stalled
-    (``t + h = t``: the step size is below the resolution of t) nor when the progress made in the interval where it
-    stopped (``At t = ..., mxstep steps taken``, from the captured messages) projects more than STEPS_HOPELESS
-    steps for it (then the answer is that projection, in words). Only a progress well above the 6 digits of the
-    printed t counts; otherwise: True (retry)."""
-    if "TOO_MUCH_WORK" not in str(exc):
-        return False
-    said = out.text()
-    if "t + h = t" in said:
-        return False
-    import bisect
-
-    for m in _MXSTEP.finditer(said):
-        ts = float(m.group(1))
-        k = bisect.bisect_right(edges, ts) - 1
-        if not 0 <= k < len(edges) - 1 or not math.isfinite(ts):
-            continue
-        a, b = edges[k], edges[k + 1]
-        done = ts - a
-        if done > 1e-4 * max(abs(ts), abs(a)) and steps * (b - a) / done > STEPS_HOPELESS:
-            return (f"{steps:,} steps advanced only from t = {a:.6g} to {m.group(1)}, towards the output time "
-                    f"{b:.6g}: at that pace about {steps * (b - a) / done:.1g} steps")
-    return True
-
-
-# SUNDIALS return flags -> what happened, in words
-_FLAGS = {
-    "ERR_FAIL": "the error test failed repeatedly",
-    "CONV_FAIL": "the corrector did not converge",
-    "RHSFUNC_FAIL": "the right-hand side failed (inf or NaN?)",
-    "RHSFUNC_ERR": "the right-hand side is inf or NaN at every trial step",
-    "RES_FAIL": "the residual failed (inf or NaN?)",
-    "REP_RES_ERR": "the residual is inf or NaN at every trial step",
-    "LSETUP_FAIL": "the linear solver's setup failed (a singular Jacobian?)",
-    "LSOLVE_FAIL": "the linear solve failed (a singular Jacobian?)",
-    "TOO_CLOSE": "the output times are too close together",
-    "CONSTR_FAIL": "the inequality constraints could not be met",
-    "NO_RECOVERY": "no recovery from a failed residual or linear solve",
-}
-
-
-def _failure(num, st, exc, out=None, steps: int | None = None, pace: str = "") -> PdslError:
-    """The located IntegratorFailure for ``exc`` (a CasADi RuntimeError); ``out``: what the solver printed
-    (pdsl.quiet.Output), read for where it stopped and why; ``pace``: the projection of _more_steps_may_help."""
-    said = out.text() if out else ""
-    text = str(exc)
-    flag = re.search(r'returned "([A-Z_]+)"', text)
-    at = _AT_T.findall(said)
-    where = f" at t = {at[-1]}" if at else ""
-    hint = "check the initial state and parameters (a singular mass matrix or an escape to infinity?), or loosen --rtol"
-    measured = _diagnose(num, st, float(at[-1])) if at and st.start is not None else None
-    if measured is not None:  # what the state near the failure shows: chattering, a blow-up, stiffness
-        why, hint = measured
-        if "t + h = t" in said:
-            why += " (the step size fell below the resolution of t: t + h = t)"
-        if pace:
-            why = f"{pace}; {why}"
-        return PdslError.at("IntegratorFailure", f"{st.integrator} failed on {num.system.name}{where}: {why}",
-                            num.system.span, hint)
-    if flag:
-        name = flag.group(1)
-        if name.endswith("TOO_MUCH_WORK"):
-            if "t + h = t" in said:
-                why = "the step size fell below the resolution of t (t + h = t): the solution escapes to infinity or " \
-                      "meets a singularity there"
-                hint = "check the model near that time (a finite-time blow-up?), or end the simulation before it"
-            else:
-                why = pace or f"{steps or STEPS_MAX:,} steps did not reach the next output time"
-                hint = "a stiff system (try --integrator cvodes-bdf), a discontinuity the solver chatters on " \
-                       "(sign, abs, if), or an escape to infinity"
-        else:
-            why = next((words for key, words in _FLAGS.items() if name.endswith(key)), "")
-        why = f"{why} ({name})" if why else name
-    elif "rootfinder" in text:
-        why = "the implicit stage equations did not converge"
-        hint = "use more --substeps, or an adaptive integrator (cvodes); does the solution escape to infinity?"
-    else:
-        why = _first_line(exc)
-    return PdslError.at("IntegratorFailure", f"{st.integrator} failed on {num.system.name}{where}: {why}",
-                        num.system.span, hint)
-
-
-def _diagnose(num, st, t_fail: float) -> tuple[str, str] | None:
-    """(why, hint) measured on the state just before ``t_fail`` (re-integrated from st.start, bounded): the solution
-    sitting on a switching surface (chattering: Coulomb friction sticking), a state that grew without bound (a
-    finite-time blow-up), or a Jacobian far stiffer than the run (Adams on a stiff problem); None when none shows."""
-    from .. import quiet
-
-    t0, x0 = st.start
-    if not (math.isfinite(t_fail) and t_fail > t0) or num.nz:
-        return None
-    T = ca.SX if num.kind == "SX" else ca.MX
-    t, x, P = T.sym("t"), T.sym("x", num.nx), T.sym("p", len(st.p))
-    sigs = [st.inputs[n].fn for n in num.u_names]
-    u = ca.vertcat(*[fn(t, x, P) for fn in sigs]) if sigs else T(0, 1)
-    xdot = num.dae(t, x, T(0, 1), P, u)[0]
-    x_near = t_near = None
-    for frac in (1e-4, 1e-3, 1e-2, 1e-1):
-        t_try = t_fail - frac * (t_fail - t0)
-        try:
-            with quiet.capture(tally=False):
-                F = ca.integrator("diagnose", "cvodes", {"t": t, "x": x, "p": P, "ode": xdot}, t0, [t_try],
-                                  {"max_num_steps": 50_000, "reltol": max(st.rtol, 1e-6), "abstol": max(st.atol, 1e-8),
-                                   "show_eval_warnings": False, "linear_multistep_method": "bdf"})
-                x_near, t_near = np.asarray(F(x0=x0, p=st.p)["xf"]).ravel(), t_try
-            break
-        except RuntimeError:
-            continue
-    if x_near is None or not np.all(np.isfinite(x_near)):
-        return None
-    uu = np.array([float(np.asarray(fn(t_near, x_near, st.p)).ravel()[0]) for fn in sigs]) if sigs else np.zeros(0)
-    scale = 1.0 + float(np.max(np.abs(x_near)))
-    if num.switching is not None:
-        sv = np.asarray(num.switching(t_near, x_near, np.zeros(0), st.p, uu)).ravel()
-        k = int(np.argmin(np.abs(sv)))
-        if abs(sv[k]) <= 1e-4 * scale:
-            # which way the field points on each side of the surface: ṡ = ∇s·f just above and just below it
-            zz = T(0, 1)
-            s_k = num.switching(t, x, zz, P, u)[k]
-            grad = np.asarray(ca.Function("g", [t, x, P], [ca.gradient(s_k, x)])(t_near, x_near, st.p)).ravel()
-            rate = ca.Function("r", [t, x, P], [ca.dot(ca.gradient(s_k, x), xdot)])
-            d = 1e-6 * scale
-            n2 = float(grad @ grad) or 1.0
-            up = float(rate(t_near, x_near + (d - sv[k]) * grad / n2, st.p))
-            down = float(rate(t_near, x_near + (-d - sv[k]) * grad / n2, st.p))
-            attractive = up < 0 < down
-            return (f"the solution reached the switching surface of `{num.switching_names[k]}` (its argument is "
-                    f"{sv[k]:.2g} at t = {t_near:.6g}) and chatters on it: "
-                    + ("the field points into the surface from both sides (ds/dt = "
-                       f"{up:.3g} above, {down:.3g} below), so the solution should slide along it, which no step can "
-                       "follow" if attractive else f"ds/dt = {up:.3g} above it, {down:.3g} below it"),
-                    ("sticking (Coulomb friction, a relay): " if attractive else "")
-                    + "smooth the switch (tanh(v/eps), smoothstep) or model the sticking with events (`when`); "
-                    "loosening --rtol only hides the error")
-    growth = np.abs(x_near) / np.maximum(1.0, np.abs(x0))
-    i = int(np.argmax(growth))
-    if growth[i] > 1e3:
-        return (f"`{num.x_names[i]}` grew from {x0[i]:.4g} to {x_near[i]:.4g} by t = {t_near:.6g}: the solution "
-                f"escapes to infinity (a finite-time blow-up near t = {t_fail:.6g})",
-                f"end the simulation before t = {t_fail:.6g} (--t-end), or check the model's signs and parameters")
-    J = np.asarray(ca.Function("J", [t, x, P], [ca.jacobian(xdot, x)])(t_near, x_near, st.p)).reshape(num.nx, num.nx)
-    if np.all(np.isfinite(J)) and num.nx:
-        lam = np.linalg.eigvals(J)
-        fast = float(np.max(-lam.real))
-        if fast > 0 and fast * (t_fail - t0) > 1e4 and st.integrator == "cvodes":
-            return (f"the problem is stiff: at t = {t_near:.6g} the Jacobian has an eigenvalue {-fast:.3g} (time scale "
-                    f"{1 / fast:.2g}) against a run of {t_fail - t0:.3g}: the non-stiff Adams method needs steps that "
-                    "small", "use --integrator cvodes-bdf")
-    return None
-
-
-def _quiet_call(num, st, fn, *args):
-    """``fn(*args)`` (a fixed-step rollout or step, with rootfinders when implicit) with its output captured;
-    a failed implicit stage solve is a located IntegratorFailure."""
-    from .. import quiet
-
-    with quiet.capture() as out:
-        try:
-            return fn(*args)
-        except RuntimeError as exc:
-            err = exc
-    raise _failure(num, st, err, out)
 
 
 def _result(num, grid, X, Z, p, inputs, info, rhs=None) -> SimulationResult:
@@ -1305,9 +540,3 @@ def _eval_map(fn, grid, X, Z, p, U, *, with_z):
     return g.eval(fn, with_z=with_z)
 
 
-def _first_line(exc: Exception) -> str:
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    for ln in lines:
-        if "failed" in ln.lower() or "error" in ln.lower():
-            return ln[:300]
-    return (lines[-1] if lines else "unknown error")[:300]

@@ -12,8 +12,7 @@ import pytest
 
 from pdsl.backend import linsolve
 from pdsl.pipeline import compile_model
-from pdsl.sim import compiled
-from pdsl.sim import simulate as sim
+from pdsl.sim import compiled, dispatch
 from pdsl.sim.simulate import simulate as _simulate
 
 
@@ -28,7 +27,7 @@ MODELS = Path(__file__).resolve().parents[2] / "models"
 def fresh(monkeypatch):
     monkeypatch.setattr(compiled, "_LOADED", {})
     monkeypatch.setattr(compiled, "_GRID", {})
-    monkeypatch.setattr(sim, "_INTEGRATORS", {})
+    monkeypatch.setattr(dispatch, "_INTEGRATORS", {})
 
 
 def _integrator(n_links: int = 1):

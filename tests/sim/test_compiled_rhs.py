@@ -12,7 +12,7 @@ from pdsl.cache import ModelCache, using
 from pdsl.cli.main import main
 from pdsl.diagnostics import PdslError
 from pdsl.pipeline import compile_model
-from pdsl.sim import compiled
+from pdsl.sim import compiled, dispatch
 from pdsl.sim import simulate as sim
 from pdsl.sim.simulate import cumulative_simpson, simulate as _simulate
 
@@ -30,7 +30,7 @@ def fresh_process_state(monkeypatch):
     """Each test sees no library loaded in this process and no memoized integrator."""
     monkeypatch.setattr(compiled, "_LOADED", {})
     monkeypatch.setattr(compiled, "_GRID", {})
-    monkeypatch.setattr(sim, "_INTEGRATORS", {})
+    monkeypatch.setattr(dispatch, "_INTEGRATORS", {})
     yield
 
 
@@ -54,7 +54,7 @@ def test_compiled_rhs_gives_the_vm_trajectory_to_the_last_bit(pendulum):
 
 @needs_cc
 def test_chain_functional_iteration_and_constraints_match(tmp_path, monkeypatch):
-    import pdsl.sim.simulate as sim_module
+    import pdsl.sim.runs as sim_module
 
     monkeypatch.setattr(sim_module, "FUNCTIONAL_FROM", 16)  # the chain's 20 states: functional iteration
     num = compile_model(MODELS / "pendulum5.phm", cache=False).numeric
@@ -110,7 +110,7 @@ def test_library_is_cached_and_reused_by_auto(pendulum, tmp_path, monkeypatch):
         assert "cached" in first.info["rhs"] and "not cached" not in first.info["rhs"]
         monkeypatch.setattr(compiled, "_LOADED", {})  # a new process: only the directory knows the library
         monkeypatch.setattr(compiled, "_GRID", {})
-        monkeypatch.setattr(sim, "_INTEGRATORS", {})
+        monkeypatch.setattr(dispatch, "_INTEGRATORS", {})
         again = simulate(pendulum, GRID, compile="auto")
     assert again.info["rhs"] == "compiled C (library from the cache)"
     assert np.array_equal(first.x, again.x)
@@ -183,7 +183,7 @@ def test_idas_dae_compiled_matches_the_vm():
 @needs_cc
 def test_placeholders_for_functions_the_integrator_never_calls(monkeypatch):
     """Large models: the oracle (and, under functional iteration, jacF) go in as NaN placeholders; never called."""
-    import pdsl.sim.simulate as sim_module
+    import pdsl.sim.runs as sim_module
 
     monkeypatch.setattr(compiled, "JAC_PLACEHOLDER_ABOVE", 0)
     monkeypatch.setattr(sim_module, "FUNCTIONAL_FROM", 16)
