@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Mapping
 
 from .diagnostics import PdslError
 from .records import record
+from .vocab import FORMULATIONS, STABILIZE_LOWER
 
 if TYPE_CHECKING:  # the stages are imported where they run: a cached compilation needs neither sympy nor lark
     from .backend.functions import NumericSystem
@@ -25,8 +26,8 @@ if TYPE_CHECKING:  # the stages are imported where they run: a cached compilatio
 __all__ = ["CompileOptions", "load_models", "select_model", "compile_model", "Compiled"]
 
 
-_FORMULATIONS = ("hamiltonian", "lagrangian")  # pdsl.lower.registry.FORMULATIONS (checked by the tests)
-_STABILIZATIONS = ("none", "baumgarte")  # pdsl.lower.registry.STABILIZATIONS
+_FORMULATIONS = FORMULATIONS  # pdsl.vocab (pdsl.lower.registry reads the same)
+_STABILIZATIONS = STABILIZE_LOWER
 
 
 @record(kw_only=False, slots=False)

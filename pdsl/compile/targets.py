@@ -22,7 +22,9 @@ from .. import __version__
 from .. import symbols as S
 from ..backend.functions import NumericSystem
 from ..diagnostics import InternalError, PdslError
+from ..numerics.fixed_step import explicit_rk_step
 from ..resolve.model import network_derivative
+from ..vocab import COMPILE_STEP
 
 __all__ = ["TARGETS", "compile_to", "manifest", "event_support", "reset_function"]
 
@@ -135,16 +137,11 @@ def events_manifest(num: NumericSystem) -> dict:
 
 def rk4_step(num: NumericSystem) -> ca.Function:
     """One classical RK4 step of the ODE rhs: step(t, x, p, u, h) -> x_next (u held constant)."""
-    f = num.rhs
     t, h = ca.MX.sym("t"), ca.MX.sym("h")
     x = ca.MX.sym("x", num.nx)
     p = ca.MX.sym("p", len(num.p_names))
     u = ca.MX.sym("u", len(num.u_names))
-    k1 = f(t, x, p, u)
-    k2 = f(t + h / 2, x + h / 2 * k1, p, u)
-    k3 = f(t + h / 2, x + h / 2 * k2, p, u)
-    k4 = f(t + h, x + h * k3, p, u)
-    xn = x + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+    xn = explicit_rk_step(lambda s, y: num.rhs(s, y, p, u), COMPILE_STEP, t, x, h)
     return ca.Function("step", [t, x, p, u, h], [xn], ["t", "x", "p", "u", "h"], ["x_next"])
 
 

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from ..backend.functions import NumericSystem
 from ..diagnostics import PdslError
+from ..vocab import FIT_BACKENDS
+from ..vocab import TORCH_INTEGRATORS as _TORCH_INTEGRATORS
 from .loss import LossSpec
 from .params import ParamLayout
 
 __all__ = ["TORCH_INTEGRATORS", "BACKENDS", "torch_unsupported", "choose_backend", "make_loss"]
 
-TORCH_INTEGRATORS = ("rk4", "euler", "rk2", "midpoint", "gauss2")
-BACKENDS = ("auto", "casadi", "torch")
+TORCH_INTEGRATORS = _TORCH_INTEGRATORS  # pdsl.vocab: the integrators with torch=True
+BACKENDS = FIT_BACKENDS
 
 
 def torch_unsupported(num: NumericSystem, spec: LossSpec) -> str | None:

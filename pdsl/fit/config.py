@@ -27,6 +27,7 @@ from pathlib import Path
 
 from ..diagnostics import PdslError, Span, register_source
 from ..limits import read_text, toml_loads
+from ..vocab import IMPLICIT_FIXED_STEP
 
 __all__ = ["FitPlan", "FitConfig", "load_toml", "fingerprint", "resolve_defaults", "check_options", "noise_spec"]
 
@@ -243,7 +244,7 @@ def check_training_options(cfg: FitPlan) -> None:
         raise PdslError.at("BadOption", "--gradient unrolled backpropagates through fixed-point sweeps, not Newton",
                            hint="use --implicit-solver fpi, or --gradient adjoint")
     implicit = (cfg.implicit_solver, cfg.fpi_iters, cfg.fpi_tol, cfg.gradient)
-    if cfg.integrator not in ("midpoint", "gauss2") and any(v is not None for v in implicit):
+    if cfg.integrator not in IMPLICIT_FIXED_STEP and any(v is not None for v in implicit):
         raise PdslError.at("BadOption", f"--implicit-solver, --fpi-iters, --fpi-tol and --gradient apply to the implicit "
                            f"integrators, not {cfg.integrator}", hint="use --integrator midpoint or gauss2")
     if cfg.implicit_solver == "newton" and cfg.fpi_iters is not None:

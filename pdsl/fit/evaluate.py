@@ -21,7 +21,9 @@ import casadi as ca
 import numpy as np
 
 from ..backend.functions import NumericSystem
+from ..numerics.fixed_step import explicit_rk_step
 from ..sim.simulate import InputSignal, simulate
+from ..vocab import TORCH_EVALUATE_INTEGRATORS
 from . import metrics as M
 from .data import Dataset, Trajectory
 from .loss import state_from_shown
@@ -127,8 +129,9 @@ def _torch_scores(num: NumericSystem, data: Dataset, integrator: str, substeps: 
     from ..diagnostics import PdslError
     from ..sim.initial import Projector
 
-    if integrator not in ("rk4", "rk2", "euler"):
-        raise PdslError.at("BadOption", f"--backend torch evaluates with rk4, rk2 or euler, not {integrator}",
+    if integrator not in TORCH_EVALUATE_INTEGRATORS:
+        raise PdslError.at("BadOption", f"--backend torch evaluates with {', '.join(TORCH_EVALUATE_INTEGRATORS)}, "
+                           f"not {integrator}",
                            hint="--integrator rk4 (with --substeps for accuracy), or --backend casadi")
     ts = TorchSystem(num.system)
     p = num.p_default
@@ -156,25 +159,14 @@ def _torch_scores(num: NumericSystem, data: Dataset, integrator: str, substeps: 
             for k in range(n - 1):
                 t0, dt = T[:, k], T[:, k + 1] - T[:, k]
                 u0, u1 = U[:, k], U[:, k + 1]
+                h = (dt / substeps)[:, None]  # (B, 1): each trajectory's own step
+
+                def f(s, y, t0=t0, dt=dt, u0=u0, u1=u1):  # s: time since t0, (B, 1)
+                    u = u0 + (s / dt[:, None]) * (u1 - u0) if U.shape[2] else None
+                    return ts.rhs(t0 + s[:, 0], y, bound, u)
+
                 for j in range(substeps):
-                    h = dt / substeps
-
-                    def f(s, y):  # s: time since t0
-                        u = u0 + (s / dt)[:, None] * (u1 - u0) if U.shape[2] else None
-                        return ts.rhs(t0 + s, y, bound, u)
-
-                    s0 = j * h
-                    if integrator == "euler":
-                        x = x + h[:, None] * f(s0, x)
-                        continue
-                    if integrator == "rk2":
-                        x = x + h[:, None] * f(s0 + h / 2, x + (h / 2)[:, None] * f(s0, x))
-                        continue
-                    k1 = f(s0, x)
-                    k2 = f(s0 + h / 2, x + (h / 2)[:, None] * k1)
-                    k3 = f(s0 + h / 2, x + (h / 2)[:, None] * k2)
-                    k4 = f(s0 + h, x + h[:, None] * k3)
-                    x = x + (h / 6)[:, None] * (k1 + 2 * k2 + 2 * k3 + k4)
+                    x = explicit_rk_step(f, integrator, j * h, x, h)
                 states.append(x)
             X = torch.stack(states, 1)  # (B, n, nx)
             shown = torch.stack([ts.report(T[:, k], X[:, k], bound) for k in range(n)], 1).numpy()

@@ -36,13 +36,14 @@ import numpy as np
 from ..backend.functions import NumericSystem
 from ..diagnostics import PdslError
 from ..numerics import make_step
+from ..vocab import FIT_INTEGRATORS, IMPLICIT_FIXED_STEP, TRAJECTORY_LOSSES
 from .data import Chunks, Trajectory
 from .params import ParamLayout
 
 __all__ = ["LossSpec", "ChunkLoss", "state_from_shown", "make_interval", "observation_function", "INTEGRATORS", "LOSSES"]
 
-INTEGRATORS = ("rk4", "midpoint", "gauss2", "euler", "rk2")
-LOSSES = ("l1", "mse")
+INTEGRATORS = FIT_INTEGRATORS  # pdsl.vocab: the integrators with fit=True
+LOSSES = TRAJECTORY_LOSSES
 _IMPLICIT_TOL = 1e-12  # stage-equation tolerance of midpoint/gauss2 (1e-14 fails on O(10) slopes)
 _REDUCE_ABOVE = 2000  # θ sizes above which batch gradients are summed inside the map
 
@@ -277,7 +278,7 @@ def casadi_step_options(spec: LossSpec) -> dict:
     (gradient by the implicit-function theorem: the discrete adjoint) by default, or ``fpi`` sweeps
     differentiated by unrolling (CasADi AD through the graph)."""
     o = dict(spec.step_options or {})
-    if spec.method not in ("midpoint", "gauss2"):
+    if spec.method not in IMPLICIT_FIXED_STEP:
         return {}
     solver = o.get("solver", "newton")
     gradient = o.get("gradient", "adjoint" if solver == "newton" else "unrolled")

@@ -21,12 +21,14 @@ from typing import Callable
 from ..diagnostics import PdslError
 from ..records import record
 from ..resolve.model import Model
+from ..vocab import FORMULATIONS as _FORMULATIONS
+from ..vocab import STABILIZE_LOWER
 from .ir import SymbolicSystem
 
 __all__ = ["LowerOptions", "Formalism", "register", "formalisms", "formalism_for", "FORMULATIONS", "STABILIZATIONS"]
 
-FORMULATIONS = ("hamiltonian", "lagrangian")
-STABILIZATIONS = ("none", "baumgarte")
+FORMULATIONS = _FORMULATIONS  # pdsl.vocab
+STABILIZATIONS = STABILIZE_LOWER  # pdsl.vocab: what lowering builds into the rows (not "project")
 
 # the formalisms that ship with pdsl; each module registers itself when imported
 _BUILTIN = ("pdsl.lower.composite", "pdsl.lower.port_hamiltonian", "pdsl.lower.cartesian", "pdsl.lower.hamel", "pdsl.lower.generalized", "pdsl.lower.plain")
