@@ -58,6 +58,7 @@ from .. import symbols as S
 from ..diagnostics import Collector, PdslError, Span
 from ..records import record
 from ..resolve.model import Body, Connector, Model, Param, PointRef
+from ..vocab import STABILIZE_LOWER
 from .common import (
     check_finite,
     check_no_unsupported,
@@ -76,7 +77,7 @@ _ZERO = sp.Integer(0)
 
 SparseVec = dict  # coordinate index -> sympy expression (structurally non-zero entries only)
 
-STABILIZATIONS = ("none", "baumgarte")  # what the lowering itself can build into the constraint rows
+STABILIZATIONS = STABILIZE_LOWER  # pdsl.vocab: what the lowering itself can build into the constraint rows
 BAUMGARTE_PARAMS = ("baumgarte.alpha", "baumgarte.beta")  # no model name contains a dot: no clash
 
 
