@@ -189,6 +189,9 @@ def main(argv=None) -> int:
     ep = args.epochs or ([3] if args.quick else [2000])
     epochs = dict(zip(KINDS, ep * 2 if len(ep) == 1 else ep))
     work.mkdir(parents=True, exist_ok=True)
+    with open(work / "calls.log", "a") as fh:  # every call on this work directory, listed by the report
+        fh.write(json.dumps({"utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S"),
+                             "argv": argv_text, "budget": args.budget}) + "\n")
     torch.set_num_threads(1)
     t_start = time.perf_counter()
     load0 = os.getloadavg()
@@ -239,6 +242,20 @@ def main(argv=None) -> int:
     return 0
 
 
+def _settings(f: dict) -> dict:
+    try:
+        return json.loads((Path(f["dir"]) / "params.json").read_text()).get("settings", {})
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+def _calls(work: Path) -> list[dict]:
+    try:
+        return [json.loads(line) for line in (work / "calls.log").read_text().splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return []
+
+
 def write_report(path: Path, res: dict, s: dict) -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     load1 = os.getloadavg()
@@ -267,6 +284,18 @@ def write_report(path: Path, res: dict, s: dict) -> None:
         f"network and minibatch seed {s['seed']}):",
         "",
         table(["role", "file", "sha256", "initial weights"], [[a, b, f"`{c}`", d] for a, b, c, d in files]),
+        "",
+        "Settings each fit recorded itself (`params.json` of its output directory, written by `pdsl fit`):",
+        "",
+        table(["model", "dtype", "network seed", "minibatch seed", "torch threads", "lr", "weight decay", "batch",
+               "integrator", "chunk"],
+              [[LABEL[k]] + [str(_settings(res[k]["fit"]).get(key, "?")) for key in
+                             ("dtype", "network_seed", "seed", "threads", "lr", "weight_decay", "batch", "integrator", "chunk")]
+               for k in kinds]),
+        "",
+        "Calls on the work directory (`calls.log`, appended by each call of this script; the report is written by the last):",
+        "",
+        *[f"- {c['utc']} UTC: `python benchmarks/repro_gyroscope.py {c['argv']}`" for c in _calls(Path(s["work"]))],
         "",
         "## Settings",
         "",
