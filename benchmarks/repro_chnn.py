@@ -457,6 +457,18 @@ def _jsonable(o):
     return o
 
 
+STALL = 0.05  # a fit whose last training loss is above this fraction of its first epoch's did not train
+
+
+def stalled(fit: dict) -> float | None:
+    """last / first training loss when above :data:`STALL` (the fit did not train), else None."""
+    la = {int(k): v for k, v in fit.get("loss_at", {}).items()}
+    if not la or not fit.get("epochs") or fit.get("partial"):
+        return None
+    r = la[max(la)] / la[min(la)]
+    return r if r > STALL else None
+
+
 def write_report(path: Path, results: dict, s: dict) -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     load1 = os.getloadavg()
@@ -534,6 +546,11 @@ def write_report(path: Path, results: dict, s: dict) -> None:
                          f"{A8_PERT[N]:.2e} (pert. GT)"])
         hnn_ratio = res["hnn"]["score"]["geo"]["mean"] / chnn if "hnn" in res else float("nan")
         has_ratio = "hnn" in res and "chnn" in res
+        stalls = {k: stalled(res[k]["fit"]) for k in KINDS if k in res}
+        stall_text = "".join(
+            f" **The {LABEL[k]} did not train**: its last training loss is {r:.2f} of its first epoch's (above "
+            f"{STALL:g}), so its error is an optimisation failure, not the model class's accuracy; ratios against it "
+            "are not a comparison." for k, r in stalls.items() if r is not None)
         md += [
             f"## {N}-pendulum",
             "",
@@ -545,7 +562,7 @@ def write_report(path: Path, results: dict, s: dict) -> None:
              f"HNN / CHNN error ratio: **{hnn_ratio:.1f}×**") + " (target ≥ 10× on the 3-pendulum; authors at full scale "
             f"{A8[N]['hnn'] / A8[N]['chnn']:.0f}×). Training loss at epochs "
             + "; ".join(f"{LABEL[k]}: " + ", ".join(f"{ep}: {v:.3g}" for ep, v in res[k]["fit"]["loss_at"].items())
-                        for k in KINDS if k in res) + ".",
+                        for k in KINDS if k in res) + "." + stall_text,
             "",
         ]
         if "cli_geo_mean" in res.get("chnn", {}):
@@ -567,6 +584,7 @@ def write_report(path: Path, results: dict, s: dict) -> None:
         for kind in (k for k in KINDS if k in res):
             summary.append(f"{kind}{'' if single else N}_err={res[kind]['score']['geo']['mean']:.6g}")
             summary.append(f"{kind}{'' if single else N}_epochs={res[kind]['fit']['epochs']}")
+            summary.append(f"{kind}{'' if single else N}_stalled={int(stalled(res[kind]['fit']) is not None)}")
     md.append("summary: " + " ".join(summary))
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text("\n".join(md) + "\n")
