@@ -46,7 +46,7 @@ class FitPlan:
     batch: int = 200  # A5 minibatch
     chunk: int | None = None  # default 4 (A3/A5: 5 samples per chunk); 20 when unmeasured states are estimated
     stride: int | None = None  # default: chunk (disjoint chunks, A4.2)
-    integrator: str = "rk4"  # A5 [REPO-P0]: fixed-step RK4 on the data grid
+    integrator: str = "rk4"  # BENCHMARKS A5: fixed-step RK4 on the data grid, as the CHNN authors' code does
     # switching surfaces on the state (`if` on states, sign): step-through (default: the integrator steps across them,
     # as written) | locate (each step locates the first surface it crosses, Filippov sliding: pdsl.numerics.events)
     switches: str = "step-through"

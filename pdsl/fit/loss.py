@@ -5,7 +5,7 @@ a fixed-step scheme of :mod:`pdsl.numerics` (``rk4`` by default, ``midpoint``, `
 ``euler``), one step per data interval or ``substeps`` steps, and compared with the observed
 columns at t_1..t_n:
 
-    L_chunk = Σ_k Σ_j w_j·|ŷ_kj − y_kj|     (``l1``, A5 [REPO-P0]: mean |.| over all entries)
+    L_chunk = Σ_k Σ_j w_j·|ŷ_kj − y_kj|     (``l1``, BENCHMARKS A5: mean |.| over all entries, as the CHNN authors' code)
     L_chunk = Σ_k Σ_j (w_j·(ŷ_kj − y_kj))²  (``mse``; what Gauss–Newton minimises)
 
 and a batch loss is the mean over all entries of all chunks. Three pieces connect data

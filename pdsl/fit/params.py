@@ -5,7 +5,7 @@ physical parameter, then every network weight (BENCHMARKS A1.4: the networks are
 learned). Bounds from ``param k = 1 {lower = 0, upper = 10}`` are kept by reparametrisation,
 never by clipping:
 
-* ``lower = a`` only:   p = a + exp(θ)           (``lower = 0``: log space, as [REPO-P0] does
+* ``lower = a`` only:   p = a + exp(θ)           (``lower = 0``: log space, as the CHNN authors' code (Finzi et al.) does
   for the CHNN masses, A1.4)
 * ``upper = b`` only:   p = b − exp(θ)
 * both:                 p = a + (b − a)·σ(θ)     (σ the logistic function)

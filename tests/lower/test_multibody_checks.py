@@ -1,4 +1,4 @@
-"""Part G checks 2, 3, 5, 6 and 7 on the bundled [P0] multibody models (BENCHMARKS Part A).
+"""Part G checks 2, 3, 5, 6 and 7 on the bundled multibody models of the CHNN paper (Finzi et al.) (BENCHMARKS Part A).
 
 Every system is loaded from its bundled file in ``models/`` (pendulum1/2/3/5, coupled_pendulums,
 magnet_pendulum, gyroscope, rigid_rotor) and lowered to both Eq. 6 (``hamiltonian``: states x, p)
@@ -500,7 +500,7 @@ def test_check7_constraint_rmse_and_energy_over_a3_horizon(name, formulation):
 
 
 def test_check7_magnet_eq6_keeps_constraints_at_rtol_1e8():
-    """Eq. 6 (the [P0] ground truth) keeps Φ within 1e-6 on the magnet pendulum even at rtol 1e-8."""
+    """Eq. 6 of the CHNN paper (the ground truth) keeps Φ within 1e-6 on the magnet pendulum even at rtol 1e-8."""
     num, _, _, _, z0 = state_for("magnet", "hamiltonian", np.random.default_rng(7))
     res = simulate(num, time_grid(5.0, 0.05), x0=dict(zip(num.x_names, z0)), rtol=1e-8, project=False)
     assert res.constraint_rms.max() <= 1e-6

@@ -1,4 +1,4 @@
-"""models/cart_pole.phm against BENCHMARKS C5.1 ([P3] Eqs. 21–24, Table I) and Part G check 14.
+"""models/cart_pole.phm against BENCHMARKS C5.1 (the port-Hamiltonian paper's Eqs. 21–24, Table I) and Part G check 14.
 
 The model is a `lagrangian` (cart + pole, `force F - b*der(x) on x`, in-model feedback
 F = −K z), so Eqs. 21–24 written by hand here are an independent cross-check. The model's

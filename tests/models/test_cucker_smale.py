@@ -1,4 +1,4 @@
-"""models/cucker_smale.phm against BENCHMARKS C6.1 ([P3] Eqs. 25–26) and Part G check 15."""
+"""models/cucker_smale.phm against BENCHMARKS C6.1 (the port-Hamiltonian paper's Eqs. 25–26) and Part G check 15."""
 
 from __future__ import annotations
 

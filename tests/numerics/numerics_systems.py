@@ -61,7 +61,7 @@ def henon_heiles() -> HamiltonianSystem:
 
 
 def mlp_weight_count(sizes: tuple[int, ...]) -> int:
-    """Weights of an MLP with biases on every layer except the last (B1, [REPO-P2])."""
+    """Weights of an MLP with biases on every layer except the last (BENCHMARKS B1, as the symplectic-HNN authors' code)."""
     return sum(m * n for m, n in zip(sizes, sizes[1:])) + sum(sizes[1:-1])
 
 

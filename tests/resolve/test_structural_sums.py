@@ -26,7 +26,7 @@ def _load(name: str, path: Path):
     return mod
 
 
-# one reference ([P3] Eq. 26, tests/models/test_cucker_smale.py) and one model generator (the benchmark's)
+# one reference (BENCHMARKS C6.1, the p-H paper's Eq. 26; tests/models/test_cucker_smale.py) and one model generator (the benchmark's)
 _reference = _load("_cs_reference", ROOT / "tests" / "models" / "test_cucker_smale.py")
 eq_26, PARAMS = _reference.eq_26, _reference.PARAMS
 cucker_smale_text = _load("_bench_startup_scale", ROOT / "benchmarks" / "bench_startup_scale.py").cucker_smale_text
