@@ -19,6 +19,7 @@ import numpy as np
 from ..backend.functions import NumericSystem, to_casadi
 from ..diagnostics import PdslError
 from ..pipeline import CompileOptions, compile_model
+from ..vocab import IMPLICIT_FIXED_STEP
 from . import checkpoint as ck
 from . import outputs as out
 from . import regularize
@@ -246,7 +247,9 @@ def auto_substeps(num: NumericSystem, data: Dataset, p: np.ndarray, integrator: 
     if lam_u > lam:
         rate += f", inputs ≈ {lam_u:.3g}/s"
     return m, (f"{m} {integrator} step{'s' if m > 1 else ''} per sample interval ({rate}, sample spacing {h_max:.3g} s"
-               + (f"; h·|λ| ≤ {_STEP_SCALE}" if integrator == "rk4" else "; implicit scheme: one step") + ")")
+               + (f"; h·|λ| ≤ {_STEP_SCALE}" if integrator == "rk4" else
+                  "; implicit scheme: one step" if integrator in IMPLICIT_FIXED_STEP else
+                  "; the substep rule is RK4's: give --substeps for this scheme") + ")")
 
 
 def fit_inputs(num: NumericSystem, exprs: Mapping[str, str] | None) -> dict:
