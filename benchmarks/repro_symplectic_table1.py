@@ -272,27 +272,33 @@ def authors_module(path: Path) -> AuthorsHamiltonianNN:
     return net
 
 
-class MLPH:
-    """H = MLP(y) (tanh hidden layers, linear output) and its flow (∂H/∂p, −∂H/∂q) in numpy."""
+def _sigmoid(x):
+    return 0.5 * (1.0 + np.tanh(0.5 * x))
 
-    def __init__(self, layers):
+
+class MLPH:
+    """H = MLP(y) (tanh or sigmoid hidden layers, linear output) and its flow (∂H/∂p, −∂H/∂q) in numpy."""
+
+    def __init__(self, layers, act: str = "tanh"):
         self.layers = [(np.asarray(W, float), np.asarray(b, float)) for W, b in layers]
+        self.act = np.tanh if act == "tanh" else _sigmoid
+        self.dact = (lambda h: 1 - h * h) if act == "tanh" else (lambda h: h * (1 - h))  # in terms of the output h
 
     def energy(self, Y):
         h = Y
         for W, b in self.layers[:-1]:
-            h = np.tanh(h @ W.T + b)
+            h = self.act(h @ W.T + b)
         W, b = self.layers[-1]
         return (h @ W.T + b)[..., 0]
 
     def __call__(self, Y):
         hs, h = [], Y
         for W, b in self.layers[:-1]:
-            h = np.tanh(h @ W.T + b)
+            h = self.act(h @ W.T + b)
             hs.append(h)
         g = np.broadcast_to(self.layers[-1][0], (len(Y), self.layers[-1][0].shape[1]))
         for (W, _), h in zip(reversed(self.layers[:-1]), reversed(hs)):
-            g = (g * (1 - h * h)) @ W
+            g = (g * self.dact(h)) @ W
         d = Y.shape[1] // 2
         return np.concatenate([g[:, d:], -g[:, :d]], 1)
 
@@ -316,6 +322,47 @@ def authors_predictor(folder: Path, system: str):
     d = Y.shape[1] // 2
     assert np.allclose(mlp(Y), np.concatenate([g[:, d:], -g[:, :d]], 1), rtol=1e-10, atol=1e-12), "flow differs"
     return mlp, net
+
+
+def nssnn_file(folder: Path, system: str) -> Path:
+    return folder / f"{AUTHORS_NAME[system]}_model_nssnn.pt"
+
+
+class NSSNNHamiltonian(torch.nn.Module):
+    """H of the NSSNN baseline as the authors' Code/Baselines/NSSNN/NSSNN.py builds it (``KTrained``): five blocks
+    Linear + Sigmoid, then Linear to 1, on (q, p)."""
+
+    def __init__(self, sizes: list[int]):
+        super().__init__()
+        self.net = torch.nn.Sequential(*[m for a, b in zip(sizes[:-2], sizes[1:-1])
+                                         for m in (torch.nn.Linear(a, b), torch.nn.Sigmoid())],
+                                       torch.nn.Linear(sizes[-2], sizes[-1]))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def nssnn_predictor(folder: Path, system: str) -> MLPH:
+    """The released NSSNN baseline (a state dict: torch.load(weights_only=True)), checked against the torch module."""
+    sd = torch.load(nssnn_file(folder, system), weights_only=True, map_location="cpu")
+    hidden = sorted({int(k.split(".")[1]) for k in sd if k.endswith(".left.0.weight")})
+    last = max(int(k.split(".")[1]) for k in sd)
+    keys = [f"cal_H.{i}.left.0" for i in hidden] + [f"cal_H.{last}"]
+    layers = [(sd[k + ".weight"].double().numpy(), sd[k + ".bias"].double().numpy()) for k in keys]
+    mlp = MLPH(layers, act="sigmoid")
+    net = NSSNNHamiltonian([layers[0][0].shape[1]] + [W.shape[0] for W, _ in layers]).double().eval()
+    with torch.no_grad():
+        for lin, (W, b) in zip([m for m in net.net if isinstance(m, torch.nn.Linear)], layers):
+            lin.weight.copy_(torch.from_numpy(W))
+            lin.bias.copy_(torch.from_numpy(b))
+    Y = np.random.default_rng(7).uniform(-1, 1, (50, layers[0][0].shape[1]))
+    yt = torch.from_numpy(Y).requires_grad_(True)
+    H = net(yt)
+    g = torch.autograd.grad(H.sum(), yt)[0].numpy()
+    d = Y.shape[1] // 2
+    assert np.allclose(mlp.energy(Y), H.detach().numpy()[:, 0], rtol=1e-12, atol=1e-12), "numpy H differs from torch"
+    assert np.allclose(mlp(Y), np.concatenate([g[:, d:], -g[:, :d]], 1), rtol=1e-10, atol=1e-12), "flow differs"
+    return mlp
 
 
 # ---------------------------------------------------------------- scoring
@@ -431,6 +478,8 @@ def write_report(path: Path, res: dict, meta: dict) -> None:
                      f"first {', '.join(f'{v:.6f}' for v in r['draw']['first'])} (seed {meta['seed']})")
         if r.get("authors_file"):
             L.append(f"- {LABEL[s]}, authors: `{r['authors_file'][0]}` {r['authors_file'][1]}")
+        if r.get("nssnn_file"):
+            L.append(f"- {LABEL[s]}, the authors' NSSNN baseline: `{r['nssnn_file'][0]}` {r['nssnn_file'][1]}")
     if not any(res[s].get("authors_file") for s in systems):
         L.append("- the authors' models were not given (`--authors-models`): their rows are left out")
     n_train, n_val, epochs, n_test = SCALES[meta["scale"]]
@@ -461,7 +510,7 @@ def write_report(path: Path, res: dict, meta: dict) -> None:
             rng = " × ".join(f"[{a:.3g}, {b:.3g}]" for a, b in zip(g["lo"], g["hi"]))
             const = g["constant"]["mae_best_offset"]
             first = True
-            for who in ("pdsl", "constant", "authors"):
+            for who in ("pdsl", "constant", "authors", "nssnn"):
                 sc = g.get(who)
                 if sc is None:
                     continue
@@ -469,7 +518,8 @@ def write_report(path: Path, res: dict, meta: dict) -> None:
                 extra = f" (mean offset: {sc['mae_offset']:.3e})" if who == "constant" else ""
                 ratio = "" if who == "constant" else f"{val / const:.3f}"
                 bound = ("met" if val <= BOUND_RATIO * const else "**missed**") if who == "pdsl" else ""
-                paper = f"{PAPER[s][0]:g}" if (who == "pdsl" and gkey == "box") else ""
+                paper = (f"{PAPER[s][0]:g}" if who == "pdsl" else f"NSSNN: {PAPER[s][2]:g}" if who == "nssnn" else "") \
+                    if gkey == "box" else ""
                 L.append(f"| {LABEL[s] if first else ''} | {gname if who == 'pdsl' or first else ''} {rng if first else ''} | "
                          f"{g['points'] if first else ''} | {who} | **{fmt(val)}**{extra} | {fmt(sc['mae_best_offset'])} | "
                          f"{fmt(sc['mae_raw'])} | {sc['nonfinite']} | {ratio} | {bound} | {paper} |")
@@ -479,6 +529,10 @@ def write_report(path: Path, res: dict, meta: dict) -> None:
                 summary[f"{SHORT[s]}_constant"] = const
                 if g.get("authors"):
                     summary[f"{SHORT[s]}_authors"] = g["authors"]["mae_offset"]
+    for s in systems:  # after the nine values the issue asks for
+        g = res[s].get("grids", {}).get("test", {})
+        if g.get("nssnn"):
+            summary[f"{SHORT[s]}_nssnn"] = g["nssnn"]["mae_offset"]
     L += ["", "The summary line gives the test-data-range grid (the wider one, which the trained trajectories cover): "
           "pdsl and the authors' model by the mean-offset MAE, the constant by its best-offset MAE.", "",
           "## Data, rollouts and non-finite counts", "",
@@ -490,7 +544,7 @@ def write_report(path: Path, res: dict, meta: dict) -> None:
         t = r.get("test", {})
         rng = " × ".join(f"[{a:.3f}, {b:.3f}]" for a, b in zip(t.get("lo", []), t.get("hi", [])))
         first = True
-        for who in ("pdsl", "authors"):
+        for who in ("pdsl", "authors", "nssnn"):
             ro = r.get("rollouts", {}).get(who)
             if not ro:
                 continue
@@ -516,7 +570,7 @@ def write_report(path: Path, res: dict, meta: dict) -> None:
 
 
 # ---------------------------------------------------------------- main
-def evaluate_system(system: str, work: Path, r: dict, authors: Path | None) -> None:
+def evaluate_system(system: str, work: Path, r: dict, authors: Path | None, nssnn: Path | None = None) -> None:
     """Scores on the three grids, rollouts, file hashes: into ``r``."""
     names = SYSTEMS[system][1]
     half = SYSTEMS[system][2]
@@ -530,6 +584,7 @@ def evaluate_system(system: str, work: Path, r: dict, authors: Path | None) -> N
     has_pdsl = (work / f"fit_{system}_midpoint" / "params.json").is_file()
     pd = pdsl_predictor(system, work) if has_pdsl else None
     au = authors_predictor(authors, system)[0] if authors is not None else None
+    ns = nssnn_predictor(nssnn, system) if nssnn is not None else None
     out = {}
     for key, grid in grids.items():
         Y = grid_states(grid)
@@ -543,6 +598,10 @@ def evaluate_system(system: str, work: Path, r: dict, authors: Path | None) -> N
             g["pdsl"] = score(H, Ht)
         if au is not None:
             g["authors"] = score(au.energy(Y), Ht)
+        if ns is not None:
+            g["nssnn"] = score(ns.energy(Y), Ht)
+            if system == "coupled_oscillator":  # NSSNN.py's analyH_coupled_ho: p² + q² + 0.5 q p, not Eq. 19
+                g["nssnn_vs_its_own_H"] = score(ns.energy(Y), Y[:, 1] ** 2 + Y[:, 0] ** 2 + 0.5 * Y[:, 0] * Y[:, 1])
         out[key] = g
     r["grids"] = out
     r["rollouts"] = {}
@@ -553,6 +612,9 @@ def evaluate_system(system: str, work: Path, r: dict, authors: Path | None) -> N
     if au is not None:
         r["rollouts"]["authors"] = rollouts(system, au, r["test"])
         r["authors_file"] = [authors_file(authors, system).name, sha256(authors_file(authors, system))]
+    if ns is not None:
+        r["rollouts"]["nssnn"] = rollouts(system, ns, r["test"])
+        r["nssnn_file"] = [nssnn_file(nssnn, system).name, sha256(nssnn_file(nssnn, system))]
 
 
 def findings(res: dict) -> list[str]:
@@ -568,11 +630,17 @@ def findings(res: dict) -> list[str]:
                 continue
             c = gg["constant"]["mae_best_offset"]
             bits = [f"constant {c:.2e}"]
-            for who in ("pdsl", "authors"):
+            for who in ("pdsl", "authors", "nssnn"):
                 if gg.get(who):
                     bits.append(f"{who} {gg[who]['mae_offset']:.2e} ({gg[who]['mae_offset'] / c:.3f}× the constant)")
             parts.append(f"{name}: " + ", ".join(bits))
         out.append(f"- {LABEL[s]} — " + "; ".join(parts) + f"; the paper's Table 1: {PAPER[s][0]:g}.")
+        own = g.get("authors_grid", {}).get("nssnn_vs_its_own_H")
+        if own:
+            out.append(f"  The released NSSNN coupled-oscillator baseline was trained on H = p² + q² + 0.5 q p "
+                       "(Code/Baselines/NSSNN/NSSNN.py, `analyH_coupled_ho`), not Eq. 19's p²/2 + q²/2 + 0.5 p q: "
+                       f"against its own H it scores {own['mae_offset']:.3e} on the authors' grid, against Eq. 19 "
+                       f"{g['authors_grid']['nssnn']['mae_offset']:.3e}. Its Table 1 entry compares different systems.")
         ag = g.get("authors_grid", {}).get("authors")
         if ag:
             nb = AUTHORS_NOTEBOOK.get(s)
@@ -589,6 +657,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
     ap.add_argument("--authors-models", metavar="DIR", help="the Code/models folder of github.com/choudharyharsh122/HNN")
+    ap.add_argument("--nssnn-models", metavar="DIR", help="Code/Baselines/NSSNN of the same repository: score the "
+                    "released NSSNN baselines too")
     ap.add_argument("--quick", action="store_true", help="smoke run: small data, 2 epochs; the report goes to --work")
     ap.add_argument("--work", default=None, help="work directory (default /tmp/pdsl_symplectic_table1[_quick])")
     ap.add_argument("--resume", action="store_true", help="continue in --work (finished fits and scores are kept)")
@@ -608,6 +678,10 @@ def main(argv=None) -> int:
     authors = Path(args.authors_models) if args.authors_models else None
     if authors is not None and not all(authors_file(authors, s).is_file() for s in args.systems):
         log(f"{authors}: not all of {', '.join(authors_file(authors, s).name for s in args.systems)} are there")
+        return 2
+    nssnn = Path(args.nssnn_models) if args.nssnn_models else None
+    if nssnn is not None and not all(nssnn_file(nssnn, s).is_file() for s in args.systems):
+        log(f"{nssnn}: not all of {', '.join(nssnn_file(nssnn, s).name for s in args.systems)} are there")
         return 2
     torch.set_num_threads(1)
     t0 = time.time()
@@ -646,11 +720,12 @@ def main(argv=None) -> int:
                 break
             r["fit"] = fit
             r.pop("grids", None)
-        if "grids" not in r or (authors is not None and "authors_file" not in r):
-            evaluate_system(system, work, r, authors)
+        if "grids" not in r or (authors is not None and "authors_file" not in r) or (nssnn is not None and "nssnn_file" not in r):
+            evaluate_system(system, work, r, authors, nssnn)
             save()
             g = r["grids"]["test"]
-            log("    test range: " + ", ".join(f"{w} {g[w]['mae_offset']:.3e}" for w in ("pdsl", "constant", "authors") if w in g))
+            log("    test range: " + ", ".join(f"{w} {g[w]['mae_offset']:.3e}" for w in ("pdsl", "constant", "authors", "nssnn")
+                                           if w in g))
     save()
     if stopped:
         log(f"budget used: continue with --resume --work {work}")

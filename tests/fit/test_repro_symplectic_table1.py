@@ -136,3 +136,25 @@ def test_henon_heiles_escapes_are_flagged_and_left_out_of_the_range():
     _, escaped, lo, hi, full = t1.simulate("henon_heiles", 2, 0, None, keep_all=2, sigma=0.0, y0=Y0)
     assert escaped.tolist() == [False, True]
     assert np.all(np.isfinite(full[0])) and np.allclose(lo, full[0].min(0)) and np.allclose(hi, full[0].max(0))
+
+
+def test_nssnn_reader_matches_the_authors_ktrained(tmp_path):
+    """The NSSNN baseline's H (their KTrained: LinearBlock = Linear + Sigmoid, ×5, then Linear to 1) and its gradient."""
+    class LinearBlock(torch.nn.Module):
+        def __init__(self, a, b):
+            super().__init__()
+            self.left = torch.nn.Sequential(torch.nn.Linear(a, b), torch.nn.Sigmoid())
+
+        def forward(self, x):
+            return self.left(x)
+
+    torch.manual_seed(5)
+    cal_H = torch.nn.Sequential(LinearBlock(2, 64), *[LinearBlock(64, 64) for _ in range(4)], torch.nn.Linear(64, 1)).double()
+    torch.save(torch.nn.Module.state_dict(torch.nn.ModuleDict({"cal_H": cal_H})), tmp_path / "double_well_model_nssnn.pt")
+    m = t1.nssnn_predictor(tmp_path, "double_well")
+    Y = torch.tensor(np.random.default_rng(2).uniform(-2, 2, (20, 2)), requires_grad=True)
+    H = cal_H(Y)
+    g = torch.autograd.grad(H.sum(), Y)[0].numpy()
+    y = Y.detach().numpy()
+    assert np.allclose(m.energy(y), H.detach().numpy()[:, 0], rtol=1e-12, atol=1e-12)
+    assert np.allclose(m(y), np.stack([g[:, 1], -g[:, 0]], 1), rtol=1e-10, atol=1e-12)
