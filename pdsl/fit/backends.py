@@ -12,26 +12,12 @@ from ..vocab import FIT_BACKENDS
 from ..vocab import TORCH_INTEGRATORS as _TORCH_INTEGRATORS
 from .loss import LossSpec
 from .params import ParamLayout
+from .torch_support import torch_unsupported
 
 __all__ = ["TORCH_INTEGRATORS", "BACKENDS", "torch_unsupported", "choose_backend", "make_loss"]
 
 TORCH_INTEGRATORS = _TORCH_INTEGRATORS  # pdsl.vocab: the integrators with torch=True
 BACKENDS = FIT_BACKENDS
-
-
-def torch_unsupported(num: NumericSystem, spec: LossSpec) -> str | None:
-    """Why the torch backend cannot run this fit (None when it can)."""
-    if spec.method not in TORCH_INTEGRATORS:
-        return f"the torch backend integrates with {' or '.join(TORCH_INTEGRATORS)}, not {spec.method}"
-    if spec.project:
-        return "the torch backend does not project chunk starts onto the constraints (--project)"
-    if getattr(spec, "variable_step", False):
-        return "the torch backend integrates uniformly sampled data (these samples are irregular)"
-    if num.system.algebraics:
-        return f"{num.system.name} is a DAE"
-    if num.rhs is None:
-        return f"{num.system.name} has no explicit right-hand side"
-    return None
 
 
 def _has_events(num: NumericSystem) -> bool:

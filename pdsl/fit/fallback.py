@@ -34,7 +34,7 @@ from typing import Callable
 import numpy as np
 
 from ..diagnostics import PdslError
-from . import checkpoint as ck
+import pdsl.fit.checkpoint as ck  # the module, not the pdsl.fit facade
 from .loss import ChunkLoss
 
 __all__ = ["staged_or_multiple", "failure"]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import outputs as out
+import pdsl.fit.outputs as out  # the module, not the pdsl.fit facade
 from .checkpoint import writing
 
 __all__ = ["write_report"]

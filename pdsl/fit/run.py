@@ -20,9 +20,9 @@ from ..backend.functions import NumericSystem, to_casadi
 from ..diagnostics import PdslError
 from ..pipeline import CompileOptions, compile_model
 from ..vocab import IMPLICIT_FIXED_STEP
-from . import checkpoint as ck
-from . import outputs as out
-from . import regularize
+import pdsl.fit.checkpoint as ck  # the module, not the pdsl.fit facade (which imports this module)
+import pdsl.fit.outputs as out
+import pdsl.fit.regularize as regularize
 from .config import FitConfig, fingerprint, resolve_defaults, step_options
 from .data import Dataset, make_chunks, random_windows, split_validation, load_dataset, whole_trajectories
 from .loss import ChunkLoss, LossSpec

@@ -29,9 +29,9 @@ from ..diagnostics import InternalError, PdslError
 from .data import Chunks, Trajectory
 from .loss import LOSSES, LossSpec
 from .params import ParamLayout
-from .backends import BACKENDS, TORCH_INTEGRATORS, choose_backend, make_loss, torch_unsupported  # noqa: F401 (re-exported)
+from .torch_support import torch_unsupported
 
-__all__ = ["TorchChunkLoss", "TORCH_INTEGRATORS", "BACKENDS", "torch_unsupported", "choose_backend", "make_loss"]
+__all__ = ["TorchChunkLoss"]
 
 def _t(a) -> torch.Tensor:
     return torch.as_tensor(np.ascontiguousarray(a, dtype=np.float64))

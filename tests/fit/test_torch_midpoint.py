@@ -17,7 +17,8 @@ from pdsl.fit.config import FitConfig  # noqa: E402
 from pdsl.fit.data import Chunks  # noqa: E402
 from pdsl.fit.loss import ChunkLoss, LossSpec  # noqa: E402
 from pdsl.fit.params import make_layout  # noqa: E402
-from pdsl.fit.torch_loss import TorchChunkLoss, choose_backend  # noqa: E402
+from pdsl.fit.backends import choose_backend  # noqa: E402
+from pdsl.fit.torch_loss import TorchChunkLoss  # noqa: E402
 from pdsl.pipeline import compile_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
