@@ -4,48 +4,22 @@ from __future__ import annotations
 
 import csv
 import math
-import os
 import re
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
-from ..diagnostics import PdslError, Span, register_source, source_text
+from ..diagnostics import PdslError, Span, register_source
 from ..limits import MAX_DATA_BYTES, read_bytes
-from ..records import record
+from .formats import other_format, read_other, write_csv_stdout, write_other
+from .table import (Table, atomic_path, cell_span, field_limit, header_with_unit, shown_value, split_header,
+                    table_from_columns, units_mapping, write_rows)
+from .units import conversion_factor, read_units_file, write_units_file
 
+# Table and its helpers live in pdsl.data.table (the formats and units modules read them too); they are named
+# here as well, where callers have always imported them from.
 __all__ = ["Table", "read_table", "map_columns", "parse_column_map", "write_table", "atomic_path", "strict_float",
-           "shown_value", "cell_span", "split_header", "header_with_unit"]
-
-
-@record(kw_only=False, slots=False)
-class Table:
-    path: str
-    columns: tuple[str, ...]
-    data: np.ndarray  # (rows, columns)
-    # per column (empty: no column has a unit): the file's metadata (pdsl.data.units), or a header `theta [rad]`
-    units: tuple[str | None, ...] = ()
-    unit_spans: tuple = ()  # per column, where its unit was read when not from the header cell (a sidecar's line)
-    converted: tuple = ()  # (column, from unit, to unit, factor) of the columns pdsl.data.units converted
-
-    def column(self, name: str) -> np.ndarray:
-        return self.data[:, self.columns.index(name)]
-
-
-_UNIT_SUFFIX = re.compile(r"^(.*\S)\s+\[([^\[\]]*)\]$")
-
-
-def split_header(cell: str) -> tuple[str, str | None]:
-    """``theta [rad]`` -> (``theta``, ``rad``); ``b[1].x`` (no space before the bracket) -> (``b[1].x``, None).
-    The one place a column's unit is read from a header (written by :func:`header_with_unit`)."""
-    m = _UNIT_SUFFIX.match(cell.strip())
-    return (m.group(1), m.group(2).strip() or None) if m else (cell.strip(), None)
-
-
-def header_with_unit(name: str, unit: str | None) -> str:
-    """The header cell of a column: ``theta [rad]``, or the bare name without a unit."""
-    return f"{name} [{unit}]" if unit else name
+           "shown_value", "cell_span", "split_header", "header_with_unit", "table_from_columns", "write_rows"]
 
 
 _NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
@@ -73,24 +47,6 @@ def strict_float(text: str) -> float:
     return v
 
 
-def shown_value(text: str, limit: int = 40) -> str:
-    """A cell or option value for a message: stripped, long ones cut (``1111…`` with their length)."""
-    s = text.strip()
-    return s if len(s) <= limit else f"{s[:limit]}… ({len(s)} characters)"
-
-
-@contextmanager
-def _field_limit(n: int):
-    """csv's field size limit raised to ``n`` for one read: the text is in memory already, so a
-    field can be no longer than it; the process-wide limit is restored afterwards."""
-    old = csv.field_size_limit()
-    csv.field_size_limit(max(old, n))
-    try:
-        yield
-    finally:
-        csv.field_size_limit(old)
-
-
 def _decode(p: Path, raw: bytes) -> str:
     """UTF-8 text without a byte-order mark; an undecodable byte is an error at its line and column."""
     try:
@@ -115,8 +71,6 @@ def read_table(path: str | Path) -> Table:
     directory or an empty file at 1:1, a byte that is not UTF-8 at its line and column, a
     cell at its line and column. A UTF-8 byte-order mark is dropped.
     """
-    from .formats import other_format, read_other
-
     if other_format(path):  # Parquet, HDF5, MATLAB: by extension (pdsl/data/formats.py)
         return read_other(path)
     p = Path(path)
@@ -131,7 +85,7 @@ def read_table(path: str | Path) -> Table:
         raise PdslError.at("BadCsv", f"cannot read {p}: {exc.strerror or exc}", at_start) from None
     text = _decode(p, raw)
     register_source(str(p), text)
-    with _field_limit(len(text) + 1):
+    with field_limit(len(text) + 1):
         rows = list(csv.reader(text.splitlines()))
     if not rows:
         raise PdslError.at("BadCsv", f"{p} is empty", at_start, hint="a trajectory CSV starts with a header line: t,x,...")
@@ -173,8 +127,6 @@ def read_table(path: str | Path) -> Table:
 def _sidecar_units(p: Path, header: list[str], units: tuple) -> tuple[tuple, tuple]:
     """The units of a CSV's columns from its sidecar ``NAME.units.csv`` (:mod:`pdsl.data.units`) merged with
     those of ``name [unit]`` header cells; a column given two different units is an error at the sidecar's line."""
-    from .units import conversion_factor, read_units_file
-
     side = read_units_file(p, header)
     if not side:
         return units, ()
@@ -242,86 +194,12 @@ def map_columns(table: Table, mapping: dict[str, str] | None, origin: str = "--m
                  unit_spans=table.unit_spans, converted=table.converted)
 
 
-def table_from_columns(columns, data, label: str = "<data>", units=None) -> Table:
-    """A :class:`Table` from in-memory columns (a DataFrame's, or arrays'), checked like a file's cells:
-    the text of an equivalent CSV is registered under ``label`` so that errors are located in it. ``units``: per
-    column (a sequence aligned with ``columns``, or a mapping by name), from a file's metadata or a DataFrame's
-    ``attrs["units"]``."""
-    import io
-
-    header = [str(c) for c in columns]
-    arr = np.asarray(data, dtype=float)
-    if arr.ndim != 2 or arr.shape[1] != len(header):
-        raise PdslError.at("BadCsv", f"{label}: expected a table with {len(header)} columns, got shape {arr.shape}")
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(header)
-    for row in arr:
-        w.writerow([repr(float(v)) for v in row])
-    text = buf.getvalue()
-    register_source(label, text)
-    for k, h in enumerate(header):
-        if not h.strip():
-            raise PdslError.at("BadCsv", f"column {k + 1} has an empty name", Span.point(label, 1, 1))
-        if header.index(h) != k:
-            raise PdslError.at("BadCsv", f"column `{h}` appears twice", cell_span(label, 1, k))
-    bad = np.argwhere(~np.isfinite(arr))
-    if bad.size:
-        r, c = (int(v) for v in bad[0])
-        raise PdslError.at("BadCsv", f"`{arr[r, c]}` in column `{header[c]}` is not a finite number", cell_span(label, r + 2, c),
-                           "cells must be finite: remove or interpolate missing samples")
-    names = tuple(h.strip() for h in header)
-    from .units import units_mapping
-
-    given = units_mapping(names, units)
-    return Table(path=label, columns=names, data=arr, units=tuple(given.get(n) for n in names) if given else ())
-
-
-def cell_span(path: str, line: int, column: int) -> Span:
-    """The span of cell ``column`` (0-based) on file line ``line`` (1-based) of a CSV read before."""
-    text = source_text(path)
-    lines = text.splitlines() if text else []
-    if not 1 <= line <= len(lines):
-        return Span.point(path, line, 1)
-    with _field_limit(len(lines[line - 1]) + 1):
-        cells = next(csv.reader([lines[line - 1]]), [])
-    if column >= len(cells):
-        return Span.point(path, line, 1, max(len(lines[line - 1]), 1))
-    col = 1 + sum(len(c) + 1 for c in cells[:column])
-    return Span.point(path, line, col, max(len(cells[column]), 1))
-
-
-@contextmanager
-def atomic_path(path: str | Path):
-    """Yield a temporary path next to ``path``; it replaces ``path`` only on success.
-
-    The temporary is ``.<name>.tmp-<pid>-<random>/<name>``: a file of the output's own name (writers that choose
-    a format by the suffix see it), created empty with the permissions a plain ``open()`` gives, in a private
-    directory made by :func:`pdsl.cache.temporary_dir` and locked (the directory, not the file: HDF5 locks the
-    file it writes) until the file is renamed into place. A writer killed with ``kill -9`` leaves the directory
-    behind: the next write into the same directory removes it (:func:`pdsl.cache.sweep_output_temporaries`; a
-    live writer's is kept)."""
-    from .. import cache as C
-
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    C.sweep_output_temporaries(target.parent, target)
-    with C.temporary_dir(target.parent, C.output_temp_prefix(target)) as work:
-        tmp = work / target.name
-        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # the umask applies, as to open()
-        yield tmp
-        os.replace(tmp, target)
-
-
 def write_table(path: str | Path, columns, data: np.ndarray, units=None) -> None:
     """Write a CSV atomically, full precision (repr of float64); ``-`` is standard output, and a
     ``.parquet``/``.h5``/``.mat`` name writes that format instead (pdsl/data/formats.py).
 
     ``units`` (a mapping by column name, or a sequence aligned with ``columns``) go into the format's metadata,
     for CSV into the sidecar ``NAME.units.csv`` (:mod:`pdsl.data.units`); the header holds the bare names."""
-    from .formats import other_format, write_csv_stdout, write_other
-    from .units import units_mapping, write_units_file
-
     if str(path) == "-":
         return write_csv_stdout(columns, data)
     units = units_mapping([str(c) for c in columns], units)
@@ -337,14 +215,3 @@ def write_table(path: str | Path, columns, data: np.ndarray, units=None) -> None
     write_units_file(path, units)
 
 
-def write_rows(fh, data, newline: str, block: int = 4096) -> None:
-    """The numbers of a table as CSV lines: each value as Python's shortest round-trip ``repr`` (exact, and the
-    same text as ``csv.writer`` of ``repr(float(v))``), formatted from ``ndarray.tolist()`` a block of rows at
-    a time rather than value by value through ``csv.writer`` (numbers never need quoting)."""
-    a = np.asarray(data, dtype=float)
-    if a.ndim != 2:
-        a = a.reshape(len(a), -1)
-    for start in range(0, len(a), block):
-        rows = a[start : start + block].tolist()
-        fh.write(newline.join(",".join(map(repr, row)) for row in rows))
-        fh.write(newline)

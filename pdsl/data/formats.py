@@ -25,7 +25,7 @@ metadata (:mod:`pdsl.data.units`), never part of a name:
 
 The readers need optional packages (``pip install "pdsl[formats]"``: pyarrow, h5py; scipy is a core
 dependency); a missing one is a ``MissingDependency`` error naming it. Values are checked like CSV
-cells (finite numbers, unique non-empty names) by :func:`pdsl.data.csvio.table_from_columns`.
+cells (finite numbers, unique non-empty names) by :func:`pdsl.data.table.table_from_columns`.
 """
 
 from __future__ import annotations
@@ -37,9 +37,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..diagnostics import PdslError, Span
+from ..diagnostics import PdslError, Span, register_source
+from .table import shown_value, table_from_columns, write_rows
 
-__all__ = ["FORMATS", "other_format", "read_other", "write_other", "read_any", "write_any", "write_csv_stdout",
+__all__ = ["FORMATS", "other_format", "read_other", "write_other", "write_csv_stdout",
            "summary_to_stderr", "select_columns", "parse_columns"]
 
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".h5": "hdf5", ".hdf5": "hdf5", ".mat": "mat"}
@@ -51,20 +52,6 @@ _data_stdout = None  # the real standard output while summary_to_stderr() is act
 def other_format(path) -> str | None:
     """``parquet``, ``hdf5`` or ``mat`` for a path with such an extension; None for CSV (everything else)."""
     return FORMATS.get(Path(str(path)).suffix.lower())
-
-
-def read_any(path):
-    """Read a table in any supported format (by extension); the same as ``csvio.read_table``."""
-    from .csvio import read_table
-
-    return read_table(path)
-
-
-def write_any(path, columns, data) -> None:
-    """Write a table in the format its extension names; ``-`` is CSV on standard output."""
-    from .csvio import write_table
-
-    write_table(path, columns, data)
 
 
 def _need(fmt: str):
@@ -81,9 +68,7 @@ def _at(path) -> Span:
 
 
 def read_other(path):
-    """A :class:`~pdsl.data.csvio.Table` from a Parquet, HDF5 or MATLAB file; problems are located errors."""
-    from .csvio import table_from_columns
-
+    """A :class:`~pdsl.data.table.Table` from a Parquet, HDF5 or MATLAB file; problems are located errors."""
     p = Path(path)
     fmt = other_format(p)
     if fmt is None:
@@ -92,8 +77,6 @@ def read_other(path):
         raise PdslError.at("FileNotFound", f"no such file: {p}", _at(p))
     if p.is_dir():
         raise PdslError.at("BadCsv", f"{p} is a directory, not a {fmt} file", _at(p))
-    from ..diagnostics import register_source
-
     register_source(str(p), f"<{fmt} file {p.name}>")  # what an error shows as the line (not binary bytes)
     mod = _need(fmt)
     try:
@@ -258,8 +241,6 @@ def write_csv_stdout(columns, data) -> None:
     """``-o -``: the CSV on standard output (the real one, also under :func:`summary_to_stderr`)."""
     out = _data_stdout or sys.stdout
     try:
-        from .csvio import write_rows
-
         csv.writer(out, lineterminator="\n").writerow(list(columns))
         write_rows(out, data, "\n")
         out.flush()
@@ -307,8 +288,6 @@ def parse_columns(text: str, origin: str = "--columns") -> list[str]:
 def select_columns(names: list[str], data: np.ndarray, wanted: list[str], keep=("traj", "t"),
                    origin: str = "--columns") -> tuple[list[str], np.ndarray]:
     """The ``keep`` columns present (``traj``, ``t``) followed by ``wanted`` in the given order."""
-    from .csvio import shown_value
-
     index = {n: k for k, n in enumerate(names)}
     for n in wanted:
         if n not in index:

@@ -27,9 +27,10 @@ from pathlib import Path
 import numpy as np
 
 from ..diagnostics import PdslError, Span
+from .table import Table, atomic_path, cell_span, shown_value, units_mapping
 
 __all__ = ["UNITS_SUFFIX", "units_path", "write_units_file", "read_units_file", "to_model_units", "conversion_factor",
-           "pint_expression", "units_mapping"]
+           "pint_expression", "units_mapping"]  # units_mapping: pdsl.data.table's, named here too
 
 UNITS_SUFFIX = ".units.csv"
 _HEADER = ["column", "unit"]
@@ -42,21 +43,9 @@ def units_path(path: str | Path) -> Path:
     return p.with_name(stem + UNITS_SUFFIX)
 
 
-def units_mapping(columns, units) -> dict[str, str]:
-    """``units`` as ``{column: unit}`` for the given columns: a mapping (names not among ``columns`` are dropped),
-    a sequence aligned with ``columns`` (``None``/``''`` for no unit), or None."""
-    if not units:
-        return {}
-    if isinstance(units, Mapping):
-        return {str(c): str(units[c]) for c in columns if units.get(c)}
-    return {str(c): str(u) for c, u in zip(columns, units) if u}
-
-
 def write_units_file(data_path: str | Path, units: Mapping[str, str]) -> None:
     """Write (atomically) the sidecar of ``data_path`` with ``units``; with no units, remove a sidecar left by an
     earlier write of the same table, so that it cannot be read with the new data."""
-    from .csvio import atomic_path
-
     side = units_path(data_path)
     if not units:
         try:
@@ -78,7 +67,6 @@ def read_units_file(data_path: str | Path, columns) -> dict[str, tuple[str, Span
     the sidecar's line."""
     from ..diagnostics import register_source
     from ..limits import read_text
-    from .csvio import cell_span, shown_value
 
     side = units_path(data_path)
     if not side.is_file():
@@ -199,8 +187,6 @@ def to_model_units(table, declared: Mapping[str, str], *, code: str = "BadCsv"):
     seconds) converted into the model's unit; its ``units`` then read the model's. Columns without a unit on
     either side are taken as they are. A column that cannot be converted is a ``code`` error at the cell that
     gives its unit (the header cell, or the sidecar's line)."""
-    from .csvio import Table, cell_span, shown_value
-
     if not table.units or not any(table.units):
         return table
     declared = dict(declared)

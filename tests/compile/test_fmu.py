@@ -14,7 +14,7 @@ from fmpy import read_model_description, simulate_fmu
 from fmpy.validation import validate_fmu
 
 from pdsl.cli.main import main
-from pdsl.data.formats import read_any
+from pdsl.data.csvio import read_table
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
@@ -31,7 +31,7 @@ def _reference(tmp_path, model: str, t_end: float, *extra: str):
     csv = tmp_path / f"{Path(model).stem}.csv"
     assert main(["simulate", str(MODELS / model), "--t-end", str(t_end), "--dt", "0.01", "--rtol", "1e-10",
                  "--atol", "1e-12", "-o", str(csv), *extra]) == 0
-    return read_any(csv)
+    return read_table(csv)
 
 
 def _bare(column: str) -> str:
@@ -161,7 +161,7 @@ def test_fmu_units_inputs_and_relative_output(tmp_path, monkeypatch):
     csv = tmp_path / "decay.csv"
     assert main(["simulate", str(model), "--t-end", "1", "--dt", "0.1", "--rtol", "1e-10", "--atol", "1e-12",
                  "--input", "u=0.5", "-o", str(csv)]) == 0
-    ref = read_any(csv)
+    ref = read_table(csv)
     me = simulate_fmu("decay.fmu", fmi_type="ModelExchange", stop_time=1.0, output_interval=0.1,
                       relative_tolerance=1e-10, start_values={"u": 0.5})
     x = ref.data[:, [_bare(c) for c in ref.columns].index("x")]
@@ -190,7 +190,7 @@ def test_fmu_time_events(tmp_path):
     csv = tmp_path / "step.csv"
     assert main(["simulate", str(model), "--t-end", "3", "--dt", "0.01", "--rtol", "1e-10", "--atol", "1e-12",
                  "-o", str(csv)]) == 0
-    ref = read_any(csv)
+    ref = read_table(csv)
     me = simulate_fmu(str(fmu), fmi_type="ModelExchange", stop_time=3.0, output_interval=0.01,
                       relative_tolerance=1e-10)
     assert 1.2345 in me["time"]  # the time event, recorded

@@ -14,7 +14,7 @@ from fmpy import read_model_description, simulate_fmu
 from fmpy.validation import validate_fmu
 
 from pdsl.cli.main import main
-from pdsl.data.formats import read_any
+from pdsl.data.csvio import read_table
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
@@ -42,7 +42,7 @@ def test_large_implicit_model_is_assembled_and_solved_at_run_time(motor_pendulum
     csv = tmp_path / "ref.csv"
     assert main(["simulate", str(MODELS / "composition" / "a3_motor_pendulum.phm"), "--t-end", "2", "--dt", "0.01",
                  "--rtol", "1e-10", "--atol", "1e-12", "--input", "V=1", "-o", str(csv)]) == 0
-    ref = read_any(csv)
+    ref = read_table(csv)
     me = simulate_fmu(str(motor_pendulum), fmi_type="ModelExchange", stop_time=2.0, output_interval=0.01,
                       relative_tolerance=1e-10, start_values={"V": 1.0})
     cs = simulate_fmu(str(motor_pendulum), fmi_type="CoSimulation", stop_time=2.0, output_interval=0.01,
