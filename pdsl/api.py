@@ -270,7 +270,7 @@ class Model:
 
     def evaluate(self, data, *, params: str | Path | Mapping[str, float] | FitResult | None = None,
                  map: Mapping[str, str] | None = None, integrator: str | None = None, rtol: float = 1e-9) -> dict:
-        """The A6 metrics (``pdsl evaluate``) of rollouts from each trajectory's first sample.
+        """The BENCHMARKS A6 metrics (``pdsl evaluate``) of rollouts from each trajectory's first sample.
 
         ``params``: a ``params.json`` path, a :class:`FitResult`, or a dict of values. Returns the
         summary dict (mean, 95 % half-width, min, max per metric) with ``scores`` (per trajectory)."""

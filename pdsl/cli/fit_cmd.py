@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ..diagnostics import PdslError
 from ..options import finite_float, integer
+from .common import EXIT_OK, compile_options, consts, write_guarded
 
 # settings whose flags are not the field's value as given (lists, tables, key by key): built in _config
 _COMPOSITE = {"free", "observe", "profile", "param", "map", "input", "noise", "plots", "equilibrium", "sparsity",
@@ -229,7 +230,6 @@ def _regularizer_flags(args, s: dict, parse_assignment, parse_float) -> None:
 
 def cmd_fit(args) -> int:
     from ..fit.run import run_fit
-    from .main import EXIT_OK, _consts
 
     if args.stop_after is not None and args.stop_after < 1:
         raise PdslError.at("BadOption", f"--stop-after must be a positive integer, got {args.stop_after}")
@@ -238,7 +238,7 @@ def cmd_fit(args) -> int:
         from ..fit.tracking import check_target
 
         check_target(args.track)
-    summary = run_fit(args.file, args.model, cfg, args.output, resume=args.resume, consts=_consts(args.const),
+    summary = run_fit(args.file, args.model, cfg, args.output, resume=args.resume, consts=consts(args.const),
                       stop_after=args.stop_after,
                       progress=not (args.quiet or getattr(args, "summary_quiet", False)))  # fit --quiet, or pdsl -q
     _print_summary(summary, args.output)
@@ -294,7 +294,6 @@ def cmd_evaluate(args) -> int:
     from ..fit.evaluate import evaluate, format_table, plot_scores
     from ..fit.run import apply_fitted
     from ..pipeline import compile_model
-    from .main import EXIT_OK, _write, compile_options
 
     if not 0 < args.rtol < 1:
         raise PdslError.at("BadOption", f"--rtol must be between 0 and 1, got {args.rtol}")
@@ -338,7 +337,7 @@ def cmd_evaluate(args) -> int:
     if args.json:
         _dump_json(args.json, summary)
     if args.plot:
-        _write(lambda: plot_scores(args.plot, scores, f"{m.name}: bounded relative error"), args.plot)
+        write_guarded(lambda: plot_scores(args.plot, scores, f"{m.name}: bounded relative error"), args.plot)
         print(f"  plot -> {args.plot}")
     return EXIT_OK
 
@@ -365,7 +364,6 @@ def _dump_json(path, summary: dict) -> None:
     import json
 
     from ..data.csvio import atomic_path
-    from .main import _write
 
     from ..fit.run import _strict
 
@@ -373,7 +371,7 @@ def _dump_json(path, summary: dict) -> None:
         with atomic_path(path) as tmp:
             tmp.write_text(json.dumps(_strict(summary), indent=2, allow_nan=False) + "\n", encoding="utf-8")
 
-    _write(dump, path)
+    write_guarded(dump, path)
     print(f"  summary -> {path}")
 
 

@@ -6,6 +6,7 @@ import sys
 
 from ..diagnostics import Diagnostic, PdslError, render
 from .choices import FORMULATIONS
+from .common import compile_options, write_guarded
 
 
 def add_parser(sub, common) -> None:
@@ -49,7 +50,6 @@ def cmd_linearize(args) -> int:
     from ..linearize.run import linearize_numeric
     from ..options import parse_float
     from ..pipeline import compile_model
-    from .main import _write, compile_options
 
     compiled = compile_model(args.file, compile_options(args))
     num = compiled.numeric
@@ -79,6 +79,6 @@ def cmd_linearize(args) -> int:
         sys.stdout.write(render_symbolic(lin, symbolic, args.format))
     if args.output:
         files = []
-        _write(lambda: files.extend(write_files(lin, args.output)), args.output)
+        write_guarded(lambda: files.extend(write_files(lin, args.output)), args.output)
         print(f"-> {', '.join(str(f) for f in files)}", file=sys.stderr if args.format != "text" else sys.stdout)
     return 0

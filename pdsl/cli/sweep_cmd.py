@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..diagnostics import PdslError
 from ..options import finite_float, integer
 from .choices import FORMULATIONS, INTEGRATORS
+from .common import EXIT_OK, consts
 
 
 def add_parser(sub, common) -> None:
@@ -90,7 +91,6 @@ def _assignments(items, option):
 
 def task_from_args(args):
     from ..sweep import SweepTask
-    from .main import _consts
 
     fit = None
     if args.mode == "simulate":
@@ -121,7 +121,7 @@ def task_from_args(args):
         fit = cfg
     from pathlib import Path
 
-    return SweepTask(model_path=str(Path(args.file).resolve()), model_name=args.model, consts=_consts(args.const),
+    return SweepTask(model_path=str(Path(args.file).resolve()), model_name=args.model, consts=consts(args.const),
                      formulation=args.formulation, mode=args.mode, t_end=args.t_end or 1.0, dt=args.dt or 0.01,
                      rtol=args.rtol, atol=args.atol, integrator=args.integrator, substeps=args.substeps,
                      init=_assignments(args.init, "--init"), params=_assignments(args.param, "--param"), fit=fit)
@@ -131,7 +131,6 @@ def cmd_sweep(args) -> int:
     import numpy as np
 
     from ..sweep import run_sweep
-    from .main import EXIT_OK
 
     task = task_from_args(args)
     members = _members(args)

@@ -40,19 +40,21 @@ class FitPlan:
     profile: list[str] | None = None  # profile-likelihood intervals of these free parameters (pdsl.fit.profile)
     param: dict[str, float] = field(default_factory=dict)  # start values (free) or fixed values
     method: str = "auto"  # auto | gauss-newton | ipopt | adamw
-    shooting: str = "single"  # single (chunks, A5) | multiple (segments linked by continuity constraints; ipopt)
+    # single (chunks, BENCHMARKS A5) | multiple (segments linked by continuity constraints; ipopt)
+    shooting: str = "single"
     hessian: str = "gauss-newton"  # ipopt: gauss-newton (2 JᵀJ of the residuals) | exact | limited-memory
-    epochs: int | None = None  # default: 50 (gauss-newton), 200 (ipopt iterations), 2000 (adamw, A5)
-    batch: int = 200  # A5 minibatch
-    chunk: int | None = None  # default 4 (A3/A5: 5 samples per chunk); 20 when unmeasured states are estimated
-    stride: int | None = None  # default: chunk (disjoint chunks, A4.2)
+    epochs: int | None = None  # default: 50 (gauss-newton), 200 (ipopt iterations), 2000 (adamw, BENCHMARKS A5)
+    batch: int = 200  # BENCHMARKS A5 minibatch
+    # default 4 (BENCHMARKS A3/A5: 5 samples per chunk); 20 when unmeasured states are estimated
+    chunk: int | None = None
+    stride: int | None = None  # default: chunk (disjoint chunks, BENCHMARKS A4.2)
     integrator: str = "rk4"  # BENCHMARKS A5: fixed-step RK4 on the data grid, as the CHNN authors' code does
     # switching surfaces on the state (`if` on states, sign): step-through (default: the integrator steps across them,
     # as written) | locate (each step locates the first surface it crosses, Filippov sliding: pdsl.numerics.events)
     switches: str = "step-through"
     substeps: int | None = None  # default: chosen from the sample spacing and time scales (physical fits), else 1
     project: int = 0  # Newton steps projecting each chunk's first sample onto the constraints
-    loss: str = "auto"  # l1 (adamw, A5) | mse (gauss-newton, ipopt)
+    loss: str = "auto"  # l1 (adamw, BENCHMARKS A5) | mse (gauss-newton, ipopt)
     lr: float = 3e-3
     lr_min: float = 0.0
     weight_decay: float = 1e-4
@@ -74,13 +76,15 @@ class FitPlan:
     noise: dict | None = None  # [noise] column -> σ (weight 1/σ), "5%" (relative) or a column of σ per sample
     input: dict | None = None  # [input] exogenous input -> expression of t (pdsl syntax), when not a data column
     implicit_solver: str | None = None  # midpoint/gauss2: fpi | newton (default: fpi on torch, newton on CasADi)
-    fpi_iters: int | None = None  # fixed-point sweeps per step (default 6, B3.2)
+    fpi_iters: int | None = None  # fixed-point sweeps per step (default 6, BENCHMARKS B3.2)
     fpi_tol: float | None = None  # stop the sweeps at this step change (at most fpi_iters sweeps)
     gradient: str | None = None  # adjoint (discrete adjoint) | unrolled (backprop through the sweeps)
     dtype: str = "float64"  # torch backend: float64 | float32
     device: str = "cpu"  # torch backend: cpu | cuda | cuda:K
-    window: str = "chunks"  # chunks (all disjoint chunks, A5) | random (one random chunk per trajectory per epoch, B5)
-    schedule: str = "cosine"  # cosine (A5) | plateau (ReduceLROnPlateau on the validation loss, B5)
+    # chunks (all disjoint chunks, BENCHMARKS A5) | random (one random chunk per trajectory per epoch, BENCHMARKS B5)
+    window: str = "chunks"
+    # cosine (BENCHMARKS A5) | plateau (ReduceLROnPlateau on the validation loss, BENCHMARKS B5)
+    schedule: str = "cosine"
     patience: int = 10  # plateau: epochs without improvement before the lr is reduced (x factor)
     factor: float = 0.5  # plateau: lr reduction factor
     early_stop: int | None = None  # stop when the validation loss has not improved for this many epochs

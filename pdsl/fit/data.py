@@ -11,7 +11,7 @@ shown state columns must all be present (BENCHMARKS A5: z0 is a data sample).
 
 Every problem is a ``BadTrajectoryData`` error located at file, row and column: unknown or
 missing columns, non-increasing time, a trajectory shorter than one chunk, non-uniform
-sampling (the fixed-step chunk loss of A5 takes one step per data interval). NaN, inf and
+sampling (the fixed-step chunk loss of BENCHMARKS A5 takes one step per data interval). NaN, inf and
 non-numbers are caught by :func:`pdsl.data.csvio.read_table` (``BadCsv``).
 
 Measured data (``latent=True``, issue 16): columns are renamed first by a column map

@@ -6,7 +6,7 @@ points (``x=0.5``: held at one value); every state of the model must be named. T
 the reference model are evaluated with their own ``energy`` functions (the ``hamiltonian`` of a
 canonical model) on the same grid, states matched by name. H is identifiable only up to an
 additive constant, so two errors are reported: the raw mean absolute error, and the error after
-removing the mean offset mean(H_learned − H_ref) over the grid (B6's recommendation).
+removing the mean offset mean(H_learned − H_ref) over the grid (BENCHMARKS B6's recommendation).
 """
 
 from __future__ import annotations

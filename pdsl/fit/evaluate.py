@@ -1,4 +1,4 @@
-"""``pdsl evaluate``: roll a model out from the first sample of every test trajectory and score it (A6).
+"""``pdsl evaluate``: roll a model out from the first sample of every test trajectory and score it (BENCHMARKS A6).
 
 Each trajectory is integrated over its whole time grid (CVODES by default, or a fixed-step
 scheme), starting from its first sample mapped to the state (projected onto the constraints when

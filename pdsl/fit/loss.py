@@ -12,7 +12,7 @@ and a batch loss is the mean over all entries of all chunks. Three pieces connec
 columns to the model:
 
 * the *initial-state map* x = g(t, shown, p): the data shows Cartesian velocities while the
-  Hamiltonian state holds momenta p = M v (A1.4 "convert x_dot -> p = M x_dot with the learned
+  Hamiltonian state holds momenta p = M v (BENCHMARKS A1.4 "convert x_dot -> p = M x_dot with the learned
   M"). It is built from ``NumericSystem.report``: when the shown columns are affine in the state
   (Jacobian independent of x, as for p = M v) it is one linear solve, exact; otherwise a Newton
   rootfinder. It depends on the parameters, so learned masses enter it.
@@ -113,7 +113,7 @@ def _shown_rootfinder(num: NumericSystem) -> ca.Function:
 
 def projection_function(num: NumericSystem, steps: int) -> ca.Function:
     """``proj(t, x, p) -> x``: ``steps`` minimum-norm Newton steps x -= Jᵀ(JJᵀ)⁻¹ r on the invariants
-    r = (Φ, Φ̇) (the A3.1 projection, unclamped), so a noisy sample starts on the constraint manifold."""
+    r = (Φ, Φ̇) (the BENCHMARKS A3.1 projection, unclamped), so a noisy sample starts on the constraint manifold."""
     sym = _sym(num)
     t, x, p = sym("t"), sym("x", num.nx), sym("p", len(num.p_names))
     if not num.invariants.size1_out(0):

@@ -6,8 +6,8 @@
   computed as h_ref · exp((1/T) ∫ log(h/h_ref) dt) with h_ref = h(t_0), so a constant series comes
   back exactly. **t = 0 is excluded** from trajectory errors (:func:`trajectory_error`): a rollout
   starts from the data, Err(0) = 0 and log 0 is undefined, so the integral runs over
-  [t_1, t_N] (the A6 [FLAG] choice "start the integral at the first step"; the repo's eps = 1e-8
-  is not used). A later exact zero makes h̄ = 0.
+  [t_1, t_N] (the source leaves this open; BENCHMARKS A6 chooses "start the integral at the first step";
+  the CHNN authors' code's eps = 1e-8 is not used). A later exact zero makes h̄ = 0.
 * Energy error |H(z) − H(ẑ)| / (|H(z)| + |H(ẑ)|), with the same energy function on both.
 * Constraint violation: RMS of Φ over the constraints, per time.
 * Across trajectories: mean with a normal-approximation 95 % confidence half-width 1.96·s/√n.

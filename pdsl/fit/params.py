@@ -6,7 +6,7 @@ learned). Bounds from ``param k = 1 {lower = 0, upper = 10}`` are kept by repara
 never by clipping:
 
 * ``lower = a`` only:   p = a + exp(θ)           (``lower = 0``: log space, as the CHNN authors' code (Finzi et al.) does
-  for the CHNN masses, A1.4)
+  for the CHNN masses, BENCHMARKS A1.4)
 * ``upper = b`` only:   p = b − exp(θ)
 * both:                 p = a + (b − a)·σ(θ)     (σ the logistic function)
 * neither:              p = θ

@@ -3,7 +3,7 @@
 Two terms, both functions of θ alone, added to the batch loss J(θ) of :mod:`pdsl.fit.loss`
 (the mean over compared entries of the chunk rollouts):
 
-* **equilibrium** (C5.2): E(θ) = λ_eq ‖f(t*, x*, p(θ), u*)‖², the squared norm of the model's
+* **equilibrium** (BENCHMARKS C5.2): E(θ) = λ_eq ‖f(t*, x*, p(θ), u*)‖², the squared norm of the model's
   right-hand side at a chosen point — by default every shown state column and every input zero.
   It forces an equilibrium there (for the cart–pole surrogate, with F(0) = 0, it penalises
   h(0, 0)). The point is given in the columns of the data (shown states, inputs); the state is
@@ -18,7 +18,7 @@ Two terms, both functions of θ alone, added to the batch loss J(θ) of :mod:`pd
   model with a group and a learned connection), M(θ) = mean over the data intervals of
   ‖Q(x_{k+1}) − Q(x_k) − ½ h (R(x_k) + R(x_{k+1}))‖²: the momentum integrated along the data's q(t) from the
   measured one, for one step (trapezoid rule).
-* **sparsity** (C4, Eq. 8): R(θ) = Σ_j mean_k |f_j(t_k, x_k, u_k; p(θ))|, the L1 norm of chosen
+* **sparsity** (BENCHMARKS C4, Eq. 8): R(θ) = Σ_j mean_k |f_j(t_k, x_k, u_k; p(θ))|, the L1 norm of chosen
   link flows, averaged over every sample of the *training trajectories*. A flow is named by
 
   - a p-H element or two-port port of a network (``damper``, ``tr.a``; ``NAME.f`` is the same,
@@ -33,7 +33,7 @@ Two terms, both functions of θ alone, added to the batch loss J(θ) of :mod:`pd
 How they enter the objective (``mode``):
 
 * ``penalty``: minimise  J + E + w·R;
-* ``primal-dual`` (C4, Eqs. 12–20): minimise R subject to J + E ≤ ε by the primal–dual iteration
+* ``primal-dual`` (BENCHMARKS C4, Eqs. 12–20): minimise R subject to J + E ≤ ε by the primal–dual iteration
   min_θ R + λ_k (J + E − ε) (one AdamW epoch per k), then λ_{k+1} = max(0, λ_k + α (J + E − ε)),
   with J evaluated on all training chunks after the epoch. λ is kept in the checkpoint, so a
   resumed run continues the same iteration.

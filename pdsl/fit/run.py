@@ -1,7 +1,7 @@
 """``pdsl fit`` as a library call: model + data + settings -> fitted parameters in a directory.
 
 Steps (each a small function): compile the model, choose the free parameters, read and split
-the data (by trajectory, seeded), cut chunks (BENCHMARKS A4), build the chunk loss (A5),
+the data (by trajectory, seeded), cut chunks (BENCHMARKS A4), build the chunk loss (BENCHMARKS A5),
 optimise with a checkpoint after every epoch, then write the outputs (:mod:`pdsl.fit.outputs`).
 Outputs are written only when the fit has finished; a run stopped early (``stop_after``,
 a kill) leaves its checkpoint, and ``resume=True`` continues from it.
@@ -138,7 +138,7 @@ def prepare(model_path, model_name: str | None, cfg: FitConfig, consts: Mapping[
     if cfg.chunk is None and staged(cfg, layout):  # physical parameters: whole trajectories, reached in stages
         stages = stage_lengths([len(tr) for tr in data.trajectories])
         cfg = replace(cfg, chunk=stages[0])
-    if cfg.chunk is None:  # 4 steps (A5); longer chunks when unmeasured states must be estimated per chunk
+    if cfg.chunk is None:  # 4 steps (BENCHMARKS A5); longer chunks when unmeasured states must be estimated per chunk
         shortest = min(len(tr) for tr in data.trajectories) - 1
         cfg = replace(cfg, chunk=max(1, min(20 if data.latent and cfg.start == "estimate" else 4, shortest)))
     if cfg.stride is None:
@@ -303,7 +303,7 @@ def noise_weights(noise: Mapping[str, float] | None, observed: tuple[str, ...]) 
 def choose_start(cfg: FitConfig, data: Dataset, layout: ParamLayout) -> str:
     """``auto``: estimate the chunk starts when states are unmeasured or samples irregular, or for a
     Gauss–Newton fit of physical parameters (no networks): noisy first samples would bias it; else
-    start from the data (A5)."""
+    start from the data (BENCHMARKS A5)."""
     want = cfg.start
     need = bool(data.latent)
     if want == "data":

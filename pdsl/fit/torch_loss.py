@@ -6,7 +6,7 @@ state, p = M v with the current masses), same fixed-step scheme per data interva
 between samples), same observed columns, weights and batch mean — evaluated for a whole batch of
 chunks at once: every state is a row of a (B, nx) tensor, every network layer one matrix–matrix
 product over the batch. The gradient is torch autograd through the rollout for the explicit
-schemes (no adjoint ODE, as A5); an implicit step is solved by fixed-point sweeps or Newton and
+schemes (no adjoint ODE, as BENCHMARKS A5); an implicit step is solved by fixed-point sweeps or Newton and
 differentiated by its discrete adjoint or by backpropagation through the sweeps
 (:mod:`pdsl.numerics.torch_steps`; BENCHMARKS B3.2, B4). θ -> p applies the bounds'
 reparametrisations of :mod:`pdsl.fit.params` in torch.

@@ -52,7 +52,7 @@ def test_outputs_are_plotted():
 
 def test_power_columns_share_one_panel(tmp_path):
     from pdsl.backend.functions import to_casadi
-    from pdsl.cli.main import _with_power_outputs
+    from pdsl.cli.simulate_cmd import _with_power_outputs
     from pdsl.pipeline import CompileOptions, compile_model
     from pdsl.sim.simulate import input_from_expression, simulate, time_grid
 
