@@ -14,7 +14,8 @@ coupled oscillator with alpha = 0.5, Hénon–Heiles):
 
 * **pdsl**: the HNN of B1 (MLP 2d-16-32-16-1, tanh) trained by ``pdsl.fit.run_fit`` (what
   ``pdsl fit`` runs) through implicit midpoint (RK2 predictor + 6 fixed-point sweeps, discrete
-  adjoint) at B5's sizes: 16,384 training / 8,192 validation initial states uniform in the B2 box,
+  adjoint) at the sizes of the authors' repository (BENCHMARKS B5): 16,384 training / 8,192 validation
+  initial states uniform in the B2 box (Hénon–Heiles: 65,536 / 8,192),
   25 epochs, τ = 6, one random window per trajectory per epoch, batch 512, MSE on data with noise
   σ = 0.01, Adam lr 0.01 + ReduceLROnPlateau.  Trajectories run the paper's lengths (T = 20 s at
   dt = 0.01; Hénon–Heiles 5 s at dt = 1e-3, RK4 substeps); of each, one random segment of
@@ -32,7 +33,7 @@ The metric (B6, the authors' notebook ``plot_gen_data_main.ipynb``, ``pdsl evalu
 --energy-grid``): mean |H_model − H_true − offset| over an evenly spaced grid, offset =
 mean(H_model − H_true); the best-offset (median) value and the raw MAE are reported too.  A grid
 value that is not finite makes the score ∞ (never good) and is counted.  Grids: the initial-state
-box (the training domain) and the test-data range — min/max per state of 1,024 noisy test
+box (the training domain) and the test-data range — min/max per state of 1,024 (Hénon–Heiles 4,096) noisy test
 trajectories of the paper's length from the same box (the authors' notebook takes the range of
 its test data); 101² points for the 1-DOF systems, 20⁴ for Hénon–Heiles.  The authors' own
 notebook grids (30² on [−2, 2]²; 20⁴ on the range it printed) are scored as well, to tie this
@@ -85,6 +86,13 @@ PAPER = {  # Table 1 (B7): this work, SHNN, NSSNN
     "henon_heiles": (0.02078, 0.07238, 0.078556),
 }
 SCALES = {"paper": (16384, 8192, 25, 1024), "quick": (512, 256, 2, 128)}  # train, val, epochs, test ICs
+# the authors' repository (BENCHMARKS B5) draws more Hénon–Heiles initial states: 65,536 / 8,192 / 4,096
+SYSTEM_SCALES = {"paper": {"henon_heiles": (65536, 8192, 25, 4096)}}
+
+
+def sizes(scale_name: str, system: str) -> tuple[int, int, int, int]:
+    """Training, validation initial states, epochs and test initial states of one system at one scale."""
+    return SYSTEM_SCALES.get(scale_name, {}).get(system, SCALES[scale_name])
 GRID_POINTS = {2: 101, 4: 20}
 ESCAPE = 1.5  # Hénon–Heiles: a state with a coordinate beyond this has left the bounded well (saddles at distance 1)
 BOUND_RATIO = 0.2  # pdsl ≤ 0.2 × the constant predictor
@@ -482,11 +490,15 @@ def write_report(path: Path, res: dict, meta: dict) -> None:
             L.append(f"- {LABEL[s]}, the authors' NSSNN baseline: `{r['nssnn_file'][0]}` {r['nssnn_file'][1]}")
     if not any(res[s].get("authors_file") for s in systems):
         L.append("- the authors' models were not given (`--authors-models`): their rows are left out")
-    n_train, n_val, epochs, n_test = SCALES[meta["scale"]]
+    per = {s: sizes(meta["scale"], s) for s in systems}
+    size_text = "; ".join(f"{LABEL[s]}: {a:,} training / {b:,} validation initial states, {d:,} test ones"
+                          for s, (a, b, _, d) in per.items())
+    epochs = sorted({e for (_, _, e, _) in per.values()})
+    epochs = epochs[0] if len(epochs) == 1 else "/".join(map(str, epochs))
     L += ["", "## Protocol", "",
           f"- data: initial states uniform in the B2 box (q, p ∈ [−2, 2]; Hénon–Heiles [−0.3, 0.3]⁴), trajectories of "
           f"the paper's length (20 s at dt = 0.01; Hénon–Heiles 5 s at dt = 1e-3) by RK4 with substeps, noise σ = 0.01 on "
-          f"every sample but t = 0; {n_train:,} training / {n_val:,} validation initial states, {n_test:,} test ones.",
+          f"every sample but t = 0; {size_text} (the sizes of the authors' repository, BENCHMARKS B5).",
           "- pdsl: MLP 2d-16-32-16-1 tanh, `pdsl fit` (run_fit) through implicit midpoint (RK2 predictor + 6 sweeps, "
           f"discrete adjoint), τ = 6, one random window per trajectory per epoch, batch 512, MSE, Adam (AdamW, weight "
           f"decay 0) lr 0.01 + ReduceLROnPlateau (patience 3, factor 0.5), {epochs} epochs, float64, torch backend.",
@@ -708,11 +720,11 @@ def main(argv=None) -> int:
         r = res.setdefault(system, {})
         log(f"=== {LABEL[system]}")
         if "test" not in r:
-            r["test"] = test_set(system, scale[3], args.seed + 2)
+            r["test"] = test_set(system, sizes(scale_name, system)[3], args.seed + 2)
             save()
         r["draw"] = weight_draw(work, system)
         if "fit" not in r:
-            fit, dropped = train(work, system, scale, args, deadline)
+            fit, dropped = train(work, system, sizes(scale_name, system), args, deadline)
             r["dropped"] = dropped
             if fit is None:
                 stopped = True
