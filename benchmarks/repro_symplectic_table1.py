@@ -20,7 +20,9 @@ coupled oscillator with alpha = 0.5, Hénon–Heiles):
   σ = 0.01, Adam lr 0.01 + ReduceLROnPlateau.  Trajectories run the paper's lengths (T = 20 s at
   dt = 0.01; Hénon–Heiles 5 s at dt = 1e-3, RK4 substeps); of each, one random segment of
   ``SEGMENT`` samples (T/10) is kept, and the epochs' windows are drawn inside it (the whole
-  24,576 × T/dt table would not fit in memory next to the other jobs here).
+  24,576 × T/dt table would not fit in memory next to the other jobs here).  ``--windows t0`` trains as
+  the authors' repository does instead (B5: its windows start at t0): one window of τ = 6 steps from
+  each trajectory's noise-free initial state, the same initial states and noise draws.
 * **constant**: the best constant predictor, H ≡ c with c the median of the true H on the grid
   (under an optimal offset every constant scores mean |H_true − median H_true|); the same constant
   scored with the mean offset is reported next to it.
@@ -102,9 +104,15 @@ AUTHORS_HH_RANGE = {"x": (-0.6719, 0.6013), "px": (-0.5646, 0.5205), "y": (-0.47
 AUTHORS_NOTEBOOK = {"double_well": 0.011577721}  # cell 56: the released DW model on its 30² grid, mean offset
 
 
-def segment(system: str) -> int:
-    """Samples kept per training trajectory: a T/10 segment."""
-    return int(round(PAPER_T[system] / SYSTEMS[system][3] / 10)) + 1
+TAU = 6  # rollout steps of a training window (B5)
+WINDOWS_TEXT = {"random": "one random window per trajectory per epoch (the paper's text; drawn in a random T/10 segment)",
+                "t0": "one window per trajectory, from its noise-free initial state at t = 0 (the authors' repository)"}
+
+
+def segment(system: str, windows: str = "random") -> int:
+    """Samples kept per training trajectory: a T/10 segment (random windows), or the first τ + 1 samples
+    (``t0``: one window from the noise-free initial state, as the authors' repository trains)."""
+    return TAU + 1 if windows == "t0" else int(round(PAPER_T[system] / SYSTEMS[system][3] / 10)) + 1
 
 
 # ---------------------------------------------------------------- data
@@ -119,11 +127,11 @@ def _rk4(system: str, Y: np.ndarray, h: float, refine: int) -> np.ndarray:
 
 
 def simulate(system: str, n: int, seed: int, keep: int | None, keep_all: int = 0, sigma: float = 0.01,
-             y0: np.ndarray | None = None):
+             y0: np.ndarray | None = None, at_t0: bool = False):
     """n trajectories of the paper's length T from initial states uniform in the box.
 
     Returns (segments, escaped, lo, hi, full): one random segment of ``keep`` samples of each
-    trajectory (noisy but for the sample at t = 0), the mask of trajectories that left the bounded
+    trajectory (noisy but for the sample at t = 0; ``at_t0``: the segment starting at t = 0), the mask of trajectories that left the bounded
     region (they are frozen there and excluded), the per-state min/max of the noisy samples of the
     others, and the first ``keep_all`` trajectories in full (exact). ``y0``: these initial states instead."""
     _, names, half, dt = SYSTEMS[system]
@@ -134,7 +142,9 @@ def simulate(system: str, n: int, seed: int, keep: int | None, keep_all: int = 0
     if y0 is not None:
         Y = np.array(y0, dtype=float)
     steps = int(round(PAPER_T[system] / dt))
-    start = rng.integers(0, steps - keep + 2, n) if keep else np.zeros(n, int)
+    start = rng.integers(0, steps - keep + 2, n) if keep else np.zeros(n, int)  # drawn always: same ICs and noise
+    if at_t0:
+        start = np.zeros(n, int)
     seg = np.full((n, keep, d), np.nan) if keep else None
     full = np.full((keep_all, steps + 1, d), np.nan)
     escaped = np.zeros(n, bool)
@@ -158,7 +168,7 @@ def simulate(system: str, n: int, seed: int, keep: int | None, keep_all: int = 0
     return seg, escaped, lo[ok].min(0) if ok.any() else lo[0], hi[ok].max(0) if ok.any() else hi[0], full
 
 
-def training_table(work: Path, system: str, n: int, seed: int):
+def training_table(work: Path, system: str, n: int, seed: int, windows: str = "random"):
     """The training + validation table (cached in ``work``) and the number of escaped trajectories dropped."""
     from pdsl.data.csvio import Table
 
@@ -168,8 +178,8 @@ def training_table(work: Path, system: str, n: int, seed: int):
         z = np.load(cache)
         Z, dropped = z["Z"], int(z["dropped"])
     else:
-        log(f"    data: {n} trajectories of {PAPER_T[system]:g} s, a {segment(system)}-sample segment of each")
-        seg, escaped, _, _, _ = simulate(system, n, seed, segment(system))
+        log(f"    data: {n} trajectories of {PAPER_T[system]:g} s, a {segment(system, windows)}-sample segment of each")
+        seg, escaped, _, _, _ = simulate(system, n, seed, segment(system, windows), at_t0=windows == "t0")
         Z, dropped = seg[~escaped], int(escaped.sum())
         tmp = work / f"data_{system}.tmp.npz"
         np.savez(tmp, Z=Z, dropped=dropped)
@@ -453,8 +463,8 @@ def train(work: Path, system: str, scale, args, deadline: float) -> tuple[dict |
     from repro_symplectic import train as train_fit
 
     n_train, n_val, epochs, _ = scale
-    table, dropped = training_table(work, system, n_train + n_val, args.seed + 1)
-    ns = SimpleNamespace(windows="random", schedule="plateau", patience=3, seed=args.seed, epochs_per_call=args.epochs_per_call)
+    table, dropped = training_table(work, system, n_train + n_val, args.seed + 1, args.windows)
+    ns = SimpleNamespace(windows=args.windows, schedule="plateau", patience=3, seed=args.seed, epochs_per_call=args.epochs_per_call)
     fit = train_fit(work, system, "midpoint", table, (n_train, n_val, epochs), ns, deadline)
     return fit, dropped
 
@@ -500,7 +510,7 @@ def write_report(path: Path, res: dict, meta: dict) -> None:
           f"the paper's length (20 s at dt = 0.01; Hénon–Heiles 5 s at dt = 1e-3) by RK4 with substeps, noise σ = 0.01 on "
           f"every sample but t = 0; {size_text} (the sizes of the authors' repository, BENCHMARKS B5).",
           "- pdsl: MLP 2d-16-32-16-1 tanh, `pdsl fit` (run_fit) through implicit midpoint (RK2 predictor + 6 sweeps, "
-          f"discrete adjoint), τ = 6, one random window per trajectory per epoch, batch 512, MSE, Adam (AdamW, weight "
+          f"discrete adjoint), τ = 6, {WINDOWS_TEXT[meta.get('windows', 'random')]}, batch 512, MSE, Adam (AdamW, weight "
           f"decay 0) lr 0.01 + ReduceLROnPlateau (patience 3, factor 0.5), {epochs} epochs, float64, torch backend.",
           "- metric: mean |H − H_true − offset| on the grid, offset = mean(H − H_true) (B6; the authors' notebook; "
           "`pdsl evaluate --energy-grid`). 'best offset' uses the median offset (the optimal one for an L1 error). "
@@ -674,15 +684,19 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="smoke run: small data, 2 epochs; the report goes to --work")
     ap.add_argument("--work", default=None, help="work directory (default /tmp/pdsl_symplectic_table1[_quick])")
     ap.add_argument("--resume", action="store_true", help="continue in --work (finished fits and scores are kept)")
-    ap.add_argument("--out", default=None, help="report (default benchmarks/results_symplectic_table1.md; --quick: WORK/report.md)")
+    ap.add_argument("--out", default=None, help="report (default benchmarks/results_symplectic_table1.md, with --windows t0 "
+                    "results_symplectic_table1_t0.md; --quick: WORK/report.md)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--windows", choices=("random", "t0"), default="random",
+                    help="training windows: random (the paper's text, default) or t0 (the authors' repository)")
     ap.add_argument("--epochs-per-call", type=int, default=5, help="epochs between budget checks")
     ap.add_argument("--budget", type=float, default=None, help="seconds; stop training (resumably) after this")
     args = ap.parse_args(argv)
     scale_name = "quick" if args.quick else "paper"
     scale = SCALES[scale_name]
     work = Path(args.work or f"/tmp/pdsl_symplectic_table1{'_quick' if args.quick else ''}")
-    out = Path(args.out) if args.out else (work / "report.md" if args.quick else HERE / "results_symplectic_table1.md")
+    committed = HERE / ("results_symplectic_table1.md" if args.windows == "random" else "results_symplectic_table1_t0.md")
+    out = Path(args.out) if args.out else (work / "report.md" if args.quick else committed)
     if work.exists() and any(work.iterdir()) and not args.resume:
         log(f"{work} is not empty: pass --resume to continue there, or another --work")
         return 2
@@ -704,8 +718,12 @@ def main(argv=None) -> int:
         log(f"{work} holds a {res['_scale']} run; use another --work")
         return 2
     res["_scale"] = scale_name
+    if res.get("_windows", args.windows) != args.windows:
+        log(f"{work} holds a --windows {res['_windows']} run; use another --work")
+        return 2
+    res["_windows"] = args.windows
     cmd = "python benchmarks/repro_symplectic_table1.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    meta = {"command": cmd.strip(), "scale": scale_name, "systems": args.systems, "seed": args.seed}
+    meta = {"command": cmd.strip(), "scale": scale_name, "systems": args.systems, "seed": args.seed, "windows": args.windows}
 
     def save():
         tmp = res_path.with_name("results.json.tmp")
