@@ -109,7 +109,7 @@ INTEGRATORS: tuple[Integrator, ...] = (
                fit=True, torch=True, doc="implicit midpoint (1-stage Gauss–Legendre)"),
     Integrator("gauss2", Family.IMPLICIT_RK, 4, True, Engine.FIXED_STEP, tableau="gauss2", symplectic=True,
                fit=True, torch=True, doc="2-stage Gauss–Legendre"),
-    Integrator("rk2", Family.EXPLICIT_RK, 2, False, Engine.FIXED_STEP, tableau="rk2", simulate=False, fit=True,
+    Integrator("rk2", Family.EXPLICIT_RK, 2, False, Engine.FIXED_STEP, tableau="rk2", fit=True,
                torch=True, torch_evaluate=True, doc="explicit midpoint (torchdiffeq's fixed-grid 'midpoint')"),
 )
 
