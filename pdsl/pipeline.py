@@ -1,4 +1,4 @@
-"""The pipeline as a table of contents: parse -> resolve -> lower -> to_casadi.
+"""The pipeline as a table of contents: parse -> compose -> resolve -> lower -> to_casadi.
 
 :func:`compile_model` with a frozen :class:`CompileOptions` is the one composer: the CLI
 commands, ``fit``, ``evaluate``, ``show`` and the tests reach the lowered system through it.
@@ -68,12 +68,14 @@ class CompileOptions:
 
 
 def load_models(source: str | Path, *, text: str | None = None, consts: Mapping[str, int] | None = None) -> tuple[Model, ...]:
-    """Parse and resolve every model of a file (or of ``text``, named ``source``)."""
+    """Parse, compose and resolve every model of a file (or of ``text``, named ``source``)."""
+    from .compose import compose
     from .parse.parser import parse_file, parse_text
-    from .resolve.resolver import resolve_file
+    from .resolve.resolver import resolve_models
 
-    ast = parse_text(text, str(source)) if text is not None else parse_file(source)
-    return resolve_file(ast, consts)
+    parsed = parse_text(text, str(source)) if text is not None else parse_file(source)  # text -> syntax tree
+    flat = compose(parsed, consts)  # imports read, instances/ports/connections flattened
+    return resolve_models(flat, consts)  # names bound: the Model records
 
 
 def select_model(models: tuple[Model, ...], name: str | None, path: str = "") -> Model:

@@ -1,6 +1,7 @@
 """Composition (LANGUAGE.md §9): imports, instances, ports and connections, flattened to one model.
 
-This stage sits between parsing and resolution: :func:`load_program` reads a file and everything
+This stage sits between parsing and resolution (:func:`compose`: a parsed file in, a file of flat models
+out; :func:`pdsl.pipeline.load_models` calls parse, compose and resolve by name): :func:`load_program` reads a file and everything
 it imports (relative paths, the bundled ``std:`` library, ``as`` prefixes, cycles refused);
 :func:`flatten` turns a model that uses instances into one model whose names carry the instance
 prefix (``upper.bob``, ``s[2].q``), whose point ports are aliases, whose power-port connections are
@@ -9,5 +10,6 @@ span, extended by the chain of ``use`` lines that brought it in (:attr:`pdsl.dia
 """
 
 from .flatten import Program, flatten, load_program, std_dir, uses_composition
+from .stage import compose
 
-__all__ = ["Program", "flatten", "load_program", "std_dir", "uses_composition"]
+__all__ = ["Program", "compose", "flatten", "load_program", "std_dir", "uses_composition"]

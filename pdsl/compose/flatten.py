@@ -36,6 +36,7 @@ import sympy as sp
 from ..diagnostics import Collector, PdslError, Span
 from ..parse import ast as A
 from ..parse.parser import parse_file
+from ..parse.queries import declared_names, names_in
 from ..records import record
 
 __all__ = ["Program", "load_program", "flatten", "std_dir", "uses_composition", "DOMAINS"]
@@ -849,9 +850,7 @@ class _Flattener:
 
 # ====================================================================== helpers
 def _declared(body) -> dict[str, str]:
-    from ..resolve.resolver import _declared_names
-
-    out = dict(_declared_names(body))
+    out = dict(declared_names(body))
     for s in body:
         if isinstance(s, A.JunctionStmt) and s.name:
             out[s.name] = "junction"
@@ -876,9 +875,7 @@ def _listed_sign(body, name: str) -> int | None:
 
 
 def _names(node) -> set[str]:
-    from ..resolve.resolver import _names_in
-
-    return _names_in(node)
+    return names_in(node)
 
 
 def _uses_instance_array(stmt: A.Stmt, table: dict) -> bool:

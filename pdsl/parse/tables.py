@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     import os
     import tempfile
 
-    from .parser import LineJoiner, grammar_path
+    from .grammar import LineJoiner, grammar_path
 
     argv = sys.argv[1:] if argv is None else argv
     grammar = grammar_path().read_text(encoding="utf-8")

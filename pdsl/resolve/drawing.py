@@ -15,6 +15,7 @@ import sympy as sp
 
 from ..diagnostics import PdslError, Span
 from ..parse import ast as A
+from ..parse.queries import RESERVED
 from . import model as M
 from .expressions import BodyRef
 
@@ -60,9 +61,7 @@ def _point_statement(stmt: A.DrawPointStmt, r, points: dict, arrays: dict) -> No
 
 
 def _check_name(stmt: A.DrawPointStmt, r, points: dict, arrays: dict) -> None:
-    from .resolver import _RESERVED
-
-    if stmt.name in _RESERVED:
+    if stmt.name in RESERVED:
         raise PdslError.at("ReservedName", f"`{stmt.name}` is a built-in name and cannot be redeclared", stmt.name_span)
     other = r.names.get(stmt.name)
     if other is not None or stmt.name in r.consts:

@@ -847,9 +847,7 @@ class Evaluator:
         if fast and hi - lo + 1 >= TEMPLATE_MIN_TERMS and type(self) is Evaluator:
             # an index template: the body evaluated once with symbolic indices, each term instantiated structurally
             # (terms it cannot instantiate exactly are evaluated one by one below, errors included)
-            from .templates import template_terms
-
-            terms = template_terms(base, e, lo, hi)
+            terms = _SUM_TEMPLATES[0](base, e, lo, hi) if _SUM_TEMPLATES else None
         if terms is None:
             terms = []
             for i in range(lo, hi + 1):
@@ -968,6 +966,17 @@ _RELATIONS: Mapping[str, Callable] = {"<": sp.Lt, "<=": sp.Le, ">": sp.Gt, ">=":
 FAST_ARRAY_SIZE = 32
 # Structural sums of at least this many terms go through an index template (pdsl/resolve/templates.py).
 TEMPLATE_MIN_TERMS = 4
+
+# Index templates (pdsl.resolve.templates) evaluate a long sum's body once with symbolic indices and instantiate
+# each term structurally. They are built on this module's Evaluator (templates imports this module), so they plug
+# in here instead of being imported: `use_sum_templates` is called when pdsl.resolve.templates is imported (the
+# resolver imports it). Without them every term is evaluated one by one: the same values, more slowly.
+_SUM_TEMPLATES: list = []
+
+
+def use_sum_templates(fn: Callable) -> None:
+    """Install ``fn(evaluator, generator, lo, hi) -> list of terms | None`` as the evaluator of long sums."""
+    _SUM_TEMPLATES[:] = [fn]
 
 # Decimal exponents beyond this are outside double precision (and would take sympy forever).
 MAX_EXPONENT = 308

@@ -22,7 +22,12 @@ import sympy as sp
 from .. import symbols as S
 from ..diagnostics import Collector, PdslError, Span
 from ..parse import ast as A
+from ..parse.queries import RESERVED as _RESERVED
+from ..parse.queries import composition_names as _composition_names
+from ..parse.queries import declared_names as _declared_names
+from ..parse.queries import names_in as _names_in
 from . import model as M
+from . import templates as _templates  # noqa: F401 - installs the index templates of long sums
 from .port_hamiltonian import JUNCTION_KINDS, port_symbols, resolve_ph
 from .expressions import (
     ArrayRef,
@@ -41,11 +46,10 @@ from .expressions import (
     int_value,
 )
 
-__all__ = ["resolve", "resolve_file"]
+__all__ = ["resolve", "resolve_file", "resolve_models"]
 
 MAX_ARRAY = 100_000
 _ACTIVATIONS = ("tanh", "relu", "softplus", "sin", "elu", "gelu", "sigmoid", "identity")
-_RESERVED = {"t", "ground", "pi", "der", "if", "not"}  # `if`/`not` begin an expression (conditionals)
 _PH_KINDS = ("flow_store", "effort_store", "resistive", "flow_source", "effort_source", "transformer", "gyrator")
 
 # Keyword options of each connector: name -> required?
@@ -60,18 +64,17 @@ _CONNECTOR_OPTIONS: Mapping[str, Mapping[str, bool]] = {
 
 
 def resolve_file(file: A.File, const_overrides: Mapping[str, int] | None = None) -> tuple[M.Model, ...]:
-    """Resolve every model of a file (errors of all models are collected). A model with instances, ports or
-    connections is flattened first (:mod:`pdsl.compose`); imports are read once for the whole file."""
-    from ..compose import flatten, load_program, uses_composition
+    """Compose, then resolve, every model of a file: the two stages in one call, for callers that start from a
+    parsed file (the pipeline names them apart: :func:`pdsl.pipeline.load_models`)."""
+    from ..compose import compose  # an earlier stage: resolve may call it, compose never imports resolve
 
+    return resolve_models(compose(file, const_overrides), const_overrides)
+
+
+def resolve_models(file: A.File, const_overrides: Mapping[str, int] | None = None) -> tuple[M.Model, ...]:
+    """Resolve every model of a composed file (errors of all models are collected); ``const_overrides``
+    (``--const``) must each name a const that some model of the file declares."""
     diags = Collector()
-    program = None
-    if file.imports or any(uses_composition(m) or any(isinstance(s, A.ImportStmt) for s in m.body) for m in file.models):
-        try:
-            program = load_program(file)
-        except PdslError as err:
-            diags.extend(err)
-            diags.raise_if_any()
     seen: dict[str, A.ModelDef] = {}
     models = []
     for m in file.models:
@@ -84,8 +87,6 @@ def resolve_file(file: A.File, const_overrides: Mapping[str, int] | None = None)
             continue
         seen[m.name] = m
         try:
-            if program is not None and uses_composition(m):
-                m = flatten(program, m, const_overrides or {})
             models.append(resolve(m, const_overrides or {}))
         except PdslError as err:
             diags.extend(err)
@@ -1488,53 +1489,6 @@ def _pairs(lhs, rhs, span: Span):
             return [(a, sp.Integer(0)) for a in (lhs if lv else rhs)]
         raise PdslError.at("TypeMismatch", "one side is an array and the other a scalar", span)
     return [(lhs, rhs)]
-
-
-def _names_in(node) -> set[str]:
-    """Every name an expression or statement mentions (iterative: expressions may be long chains)."""
-    out: set[str] = set()
-    stack = [node]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, A.Name):
-            out.add(x.id)
-        elif isinstance(x, tuple):
-            stack.extend(x)
-        elif isinstance(x, _AST_NODES):
-            stack.extend(getattr(x, f) for f in x.__dataclass_fields__)
-    return out
-
-
-_AST_NODES = (A.Expr, A.KwArg, A.Stmt, A.Loop, A.Range, A.Attribute, A.Decl)
-
-
-def _declared_names(body) -> dict[str, str]:
-    """Name -> kind for every declaration of a model, before any is resolved (order is free)."""
-    out: dict[str, str] = {}
-    for stmt in body:
-        if isinstance(stmt, A.DeclStmt):
-            out.update((d.name, stmt.kind) for d in stmt.decls)
-        elif isinstance(stmt, A.NNStmt | A.ConstraintLearnStmt | A.DistributionStmt):
-            out[stmt.name] = "neural network"
-        elif isinstance(stmt, A.BodyStmt):
-            out[stmt.name] = "body"
-        elif isinstance(stmt, A.StoreStmt):
-            out[stmt.name], out[stmt.state] = stmt.kind, "state"
-        elif isinstance(stmt, A.ResistiveStmt | A.SourceStmt | A.TwoPortStmt):
-            out[stmt.name] = "element"
-        elif isinstance(stmt, A.DrawPointStmt):
-            out.setdefault(stmt.name, "drawn point")  # used by `draw line` only (pdsl.resolve.drawing)
-    return out
-
-
-def _composition_names(body) -> set[str]:
-    names: set[str] = set()
-    for stmt in body:
-        if isinstance(stmt, A.PortStmt):
-            names.update(stmt.names)
-        elif isinstance(stmt, A.UseStmt):
-            names.add(stmt.name)
-    return names
 
 
 class _ConstView(Mapping):

@@ -441,3 +441,6 @@ def template_terms(base: X.Evaluator, e: A.Generator, lo: int, hi: int) -> list 
             ev.fast = True
             terms.append(ev.number(e.body))
     return terms
+
+
+X.use_sum_templates(template_terms)  # the evaluator's long sums use the templates from now on
