@@ -27,7 +27,7 @@ __all__ = [
     "SIMULATE_INTEGRATORS", "SUNDIALS", "NATIVE", "FIXED_STEP", "FIT_INTEGRATORS", "TORCH_INTEGRATORS",
     "TORCH_EVALUATE_INTEGRATORS", "IMPLICIT_FIXED_STEP", "COMPILE_STEP",
     "FitBackend", "FIT_BACKENDS", "FitLoss", "FIT_LOSSES", "TRAJECTORY_LOSSES", "SENSITIVITY_LOSSES",
-    "Formulation", "FORMULATIONS", "Target", "TARGETS",
+    "Formulation", "FORMULATIONS", "Target", "TARGETS", "ACTIVATIONS",
 ]
 
 
@@ -179,3 +179,10 @@ class Target(StrEnum):
 
 
 TARGETS: tuple[str, ...] = _values(Target)
+
+
+# ------------------------------------------------------------------------------------------------ networks
+# The activations `mlp(act = …)` accepts. Each backend implements every one of them, value and derivative
+# (pdsl.backend.neural for CasADi, pdsl.backend.torch_backend and pdsl.fit.torch_bridge for torch,
+# pdsl.compile.targets for generated numpy); tests/test_vocab.py checks that their tables cover exactly this list.
+ACTIVATIONS: tuple[str, ...] = ("tanh", "relu", "softplus", "sin", "elu", "gelu", "sigmoid", "identity")

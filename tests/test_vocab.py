@@ -122,3 +122,30 @@ def test_the_torch_integrators_step_in_torch():
                     p=torch.zeros(1, dtype=torch.float64), bind=lambda p: None)
         # one step's local error is O(h^(order+1))
         assert torch.allclose(y, torch.full_like(x, np.exp(-0.1)), rtol=0, atol=0.1 ** (vocab.integrator(name).order + 1)), name
+
+
+def test_every_backend_implements_exactly_the_activations_of_the_vocabulary():
+    """One list of activations (pdsl.vocab.ACTIVATIONS): the resolver accepts it, each backend's value and
+    derivative tables cover exactly it."""
+    import re
+    from pathlib import Path
+
+    import pdsl.backend.neural as casadi_nn
+    from pdsl.resolve.common import _ACTIVATIONS
+    from pdsl.vocab import ACTIVATIONS
+
+    want = set(ACTIVATIONS)
+    assert set(_ACTIVATIONS) == want
+    assert set(casadi_nn._ACT) == want and set(casadi_nn._DACT) == want
+    # the generated numpy code's table (pdsl.compile.targets writes it as text): its keys
+    text = (Path(__file__).resolve().parents[1] / "pdsl" / "compile" / "targets.py").read_text(encoding="utf-8")
+    table = text[text.index("_ACT = {{"):]
+    table = table[:table.index("}}")]
+    assert set(re.findall(r'^\s*"(\w+)": \(', table, re.M)) == want
+    torch = pytest.importorskip("torch")
+    del torch
+    import pdsl.backend.torch_backend as torch_nn
+    import pdsl.fit.torch_bridge as bridge
+
+    assert set(torch_nn._ACT) == want and set(torch_nn._DACT) == want
+    assert set(bridge._ACT) == want

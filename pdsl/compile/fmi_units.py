@@ -15,6 +15,8 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
+from ..resolve.units import tokens
+
 __all__ = ["FmiUnit", "modelica_unit", "BASE_UNITS"]
 
 BASE_UNITS = ("kg", "m", "s", "A", "K", "mol", "cd", "rad")  # the FMI 2.0 <BaseUnit> exponents
@@ -50,7 +52,6 @@ _SYMBOLS: dict[str, tuple[str, tuple[int, ...], float]] = {
 _RPM = [("rev", Fraction(1), _e(rad=1), 2 * math.pi), ("min", Fraction(-1), _e(s=1), 60.0)]
 _NO_PREFIX = {"kg", "rad", "sr", "deg", "rpm", "min", "h", "Ohm", "Ω", "mol", "cd"}
 _PREFIXES = {"p": -12, "n": -9, "u": -6, "µ": -6, "μ": -6, "m": -3, "c": -2, "d": -1, "k": 3, "M": 6, "G": 9}
-_SUPERSCRIPTS = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁻", "0123456789-")
 
 
 def _symbol(name: str) -> tuple[str, tuple[int, ...], float] | None:
@@ -64,46 +65,15 @@ def _symbol(name: str) -> tuple[str, tuple[int, ...], float] | None:
     return None
 
 
-def _tokens(text: str) -> list[str]:
-    text = text.translate(_SUPERSCRIPTS)
-    out: list[str] = []
-    i = 0
-    while i < len(text):
-        c = text[i]
-        if c.isspace():
-            i += 1
-            if out and i < len(text) and out[-1] not in "*/^(" and (text[i].isalpha() or text[i] in "(Ωµμ"):
-                out.append("*")  # `N m`: a space between two symbols multiplies
-        elif c in "*/^()·⋅.":
-            out.append("*" if c in "·⋅." else c)
-            i += 1
-        elif c.isdigit() or (c == "-" and i + 1 < len(text) and text[i + 1].isdigit()):
-            j = i + 1
-            while j < len(text) and (text[j].isdigit() or (text[j] == "/" and j + 1 < len(text) and text[j + 1].isdigit()
-                                                            and out and out[-1] == "^")):
-                j += 1
-            out.append(text[i:j])
-            i = j
-        elif c.isalpha() or c in "Ωµμ":
-            j = i + 1
-            while j < len(text) and (text[j].isalpha() or text[j] in "Ωµμ"):
-                j += 1
-            out.append(text[i:j])
-            i = j
-        else:
-            raise ValueError(f"unexpected character {c!r}")
-    return out
-
-
 def _factors(text: str) -> list[tuple[str, Fraction, tuple[int, ...], float]]:
     """(Modelica symbol, power, exponents, factor) of every factor of the unit, in order, powers signed by `/`."""
-    toks = _tokens(text)
+    toks = tokens(text, fraction_exponents=True)
     pos = 0
 
     def product(sign: int) -> list:
         nonlocal pos
         out = factor(sign)
-        while pos < len(toks) and toks[pos] in ("*", "/"):
+        while pos < len(toks) and toks[pos] in ("*", "·", "/"):
             op = toks[pos]
             pos += 1
             out += factor(-sign if op == "/" else sign)

@@ -155,7 +155,12 @@ def _exponent(tok: str) -> Fraction:
     return Fraction(tok)
 
 
-def _tokens(text: str) -> list[str]:
+def tokens(text: str, *, fraction_exponents: bool = False) -> list[str]:
+    """The tokens of a unit as a model writes it — symbols, integers, ``*``, ``/``, ``^``, ``(``, ``)`` and ``·``
+    (for ``·``, ``⋅`` and ``.``) —, superscripts read as digits, a space between two symbols a product. With
+    ``fraction_exponents`` an exponent ``^2/3`` is one token ``2/3`` (the FMI unit reader: Modelica spells no
+    fractional power, so it refuses those); otherwise ``/`` always divides. The one unit tokenizer: the unit checker
+    and :mod:`pdsl.compile.fmi_units` both read units through it."""
     text = text.translate(_SUPERSCRIPTS)
     out, i = [], 0
     while i < len(text):
@@ -170,7 +175,9 @@ def _tokens(text: str) -> list[str]:
             i += 1
         elif c.isdigit() or (c == "-" and i + 1 < len(text) and text[i + 1].isdigit()):
             j = i + 1
-            while j < len(text) and text[j].isdigit():
+            while j < len(text) and (text[j].isdigit() or (
+                    fraction_exponents and text[j] == "/" and j + 1 < len(text) and text[j + 1].isdigit()
+                    and out and out[-1] == "^")):
                 j += 1
             out.append(text[i:j])
             i = j
@@ -182,11 +189,10 @@ def _tokens(text: str) -> list[str]:
             i = j
         else:
             raise UnitSyntax(f"unexpected character `{c}`")
-    # ^-2, m^2/3 are one exponent token
-    merged: list[str] = []
-    for tok in out:
-        merged.append(tok)
-    return merged
+    return out
+
+
+_tokens = tokens  # the checker's own name for it
 
 
 _SUP = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
