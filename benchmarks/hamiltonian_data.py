@@ -1,10 +1,10 @@
 """Data of BENCHMARKS Part B (B2, B5): the double well, the coupled oscillator and Hénon–Heiles.
 
-Initial states are drawn uniformly in the B2 domains ([REPO-P2]: q, p ~ U[−2, 2] for the two
+Initial states are drawn uniformly in the B2 domains (the symplectic-HNN authors' code: q, p ~ U[−2, 2] for the two
 1-DOF systems, U[−0.3, 0.3]⁴ for Hénon–Heiles); trajectories are integrated with classical RK4 at
 ``refine`` substeps per sample interval (local error ~h⁵/refine⁴: round-off level at dt = 0.01,
 refine = 10, the "high-order solver" of B5), vectorised over the initial states in numpy.
-Noise σ·N(0, 1) is added to every sample except t0 (B5, [REPO-P2]). For long protocols only the
+Noise σ·N(0, 1) is added to every sample except t0 (B5, as the symplectic-HNN authors' code). For long protocols only the
 windows the loss uses are kept: a trajectory of ``samples`` samples is written as it is, so keep
 ``samples`` at the window length + what the random window needs.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-ALPHA = 0.5  # coupled oscillator, [REPO-P2]
+ALPHA = 0.5  # coupled oscillator, as the symplectic-HNN authors' code
 
 SYSTEMS = {
     # name: (model file, state names, domain half-width, dt, H(y), f(y))

@@ -26,7 +26,7 @@ if str(ROOT) not in sys.path:
 from pdsl.cli.main import main as pdsl_main  # noqa: E402
 from pdsl.data.csvio import read_table, write_table  # noqa: E402
 
-# A3.1 [REPO-P0] parameters, top -> bottom (the values of models/pendulumN.phm)
+# A3.1, the CHNN authors' code: parameters, top -> bottom (the values of models/pendulumN.phm)
 PARAMS = {
     2: {"m": [1.1722, 1.0391], "l": [1.0359, 1.0822]},
     3: {"m": [1.0822, 1.1722, 1.0391], "l": [1.1167, 0.9389, 1.0359]},

@@ -25,7 +25,7 @@ A slow study: a script only, never part of the test suite. Everything goes throu
 * models — ``benchmarks/models/{chnn,hnn,node}N.phm`` (the model files say what they are): CHNN in
   Cartesian coordinates with the known links, learned masses (log space) and an MLP potential;
   HNN in angles with an MLP potential and an MLP Cholesky factor L of the INVERSE mass matrix
-  (H = ½|Lᵀp|² + ½ε|p|² + V, the [REPO-P0] form); Neural ODE der(q, w) = F(sin q, cos q, w).
+  (H = ½|Lᵀp|² + ½ε|p|² + V, the form of the CHNN authors' hnn.py); Neural ODE der(q, w) = F(sin q, cos q, w).
   All MLPs 3 hidden layers of H tanh units (H = 256 in the paper; smaller here for time), their
   weights drawn orthogonally (``mlp(init = orthogonal)``, as the authors' ``orthogonal_init=True``).
 * training — ``pdsl fit MODEL --const H=… --epochs … --val-fraction 0`` with the A5 defaults

@@ -74,7 +74,7 @@ SCALES = {  # n_train, n_val, epochs
 }
 PAPER = {"double_well": 0.00035, "coupled_oscillator": 0.74799, "henon_heiles": 0.02078}  # Table 1, this work
 PAPER_RUNTIME = {"double_well": 100.16, "coupled_oscillator": 100.11, "henon_heiles": 112.18}
-PAPER_T = {"double_well": 20.0, "coupled_oscillator": 20.0, "henon_heiles": 5.0}  # [REPO-P2] trajectory lengths (B5)
+PAPER_T = {"double_well": 20.0, "coupled_oscillator": 20.0, "henon_heiles": 5.0}  # the symplectic-HNN authors' code: trajectory lengths (B5)
 BOUND = {"double_well": 1e-3, "henon_heiles": 0.05}  # issue 15's acceptance (offset-corrected MAE)
 GRID_POINTS = {"double_well": 101, "coupled_oscillator": 101, "henon_heiles": 15}
 LABEL = {"double_well": "double well", "coupled_oscillator": "coupled oscillator", "henon_heiles": "Hénon–Heiles"}
@@ -301,7 +301,7 @@ def write_report(path: Path, results: dict, s: dict) -> None:
     n_train, n_val, _ = SCALES[s["scale"]]
     epochs = s["epochs"]
     windows = ("one random window per trajectory per epoch" if s["windows"] == "random" else
-               "the window at t0 of every trajectory (exact start, [REPO-P2])")
+               "the window at t0 of every trajectory (exact start, as the authors' code)")
     lines = [
         "# Fully symplectic HNN: implicit midpoint vs RK4 training (BENCHMARKS Part B, B1–B7)",
         "",
@@ -385,7 +385,7 @@ def write_report(path: Path, results: dict, s: dict) -> None:
               "from the same state.", "",
               "## Deviations from the paper", "",
               *_short_trajectories(results, s["samples"]),
-              "- no dropout ([REPO-P2] uses p = 0.2, the paper states none; `pdsl fit --dropout` exists), weight decay 0, "
+              "- no dropout (the authors' code uses p = 0.2, the paper states none; `pdsl fit --dropout` exists), weight decay 0, "
               "Adam as AdamW(0);",
               "- the grid resolution of Table 1 is not stated; ours is in the table; Hénon–Heiles' grid is 4-D;",
               "- runtime: the paper's hardware is not stated; ours is 2 shared CPU cores.", ""]
@@ -402,7 +402,7 @@ def main(argv=None) -> int:
                     help="samples per trajectory (default 101 with random windows, 7 with --windows t0)")
     ap.add_argument("--windows", choices=("random", "t0"), default="random",
                     help="random: one random window per trajectory per epoch (B5, the paper); t0: the window at t0, "
-                         "whose start is exact ([REPO-P2])")
+                         "whose start is exact (as in the authors' code)")
     ap.add_argument("--epochs", type=int, default=None, help="override the scale's epochs")
     ap.add_argument("--schedule", choices=("plateau", "cosine"), default="plateau",
                     help="learning-rate schedule (B5: plateau; cosine anneals to 0 over --epochs)")

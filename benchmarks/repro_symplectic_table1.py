@@ -80,7 +80,7 @@ from hamiltonian_data import SYSTEMS, energy, rhs  # noqa: E402
 LABEL = {"double_well": "double well", "coupled_oscillator": "coupled oscillator", "henon_heiles": "Hénon–Heiles"}
 SHORT = {"double_well": "dw", "coupled_oscillator": "co", "henon_heiles": "hh"}
 AUTHORS_NAME = {"double_well": "double_well", "coupled_oscillator": "coupled_ho", "henon_heiles": "henon_heiles"}
-PAPER_T = {"double_well": 20.0, "coupled_oscillator": 20.0, "henon_heiles": 5.0}  # [REPO-P2] sim lengths (B2, B5)
+PAPER_T = {"double_well": 20.0, "coupled_oscillator": 20.0, "henon_heiles": 5.0}  # the symplectic-HNN authors' code: sim lengths (B2, B5)
 REFINE = {"double_well": 10, "coupled_oscillator": 10, "henon_heiles": 2}  # RK4 substeps per sample (h = 1e-3, 5e-4)
 PAPER = {  # Table 1 (B7): this work, SHNN, NSSNN
     "double_well": (0.00035, 0.40925, 0.04303),

@@ -17,7 +17,7 @@ def test_bounded_relative_error_properties():
     # Err(c z, z) = |c - 1| / (|c| + 1) -> 1 as c -> inf
     big = M.bounded_relative_error(1e8 * z, z)
     assert np.all(big > 1 - 1e-7)
-    # orthogonal vectors of equal norm: 1/sqrt(2) (the A6 [FLAG])
+    # orthogonal vectors of equal norm: 1/sqrt(2) (BENCHMARKS A6 flags this)
     assert M.bounded_relative_error([1.0, 0.0], [0.0, 1.0]) == pytest.approx(1 / np.sqrt(2), abs=1e-15)
     assert M.bounded_relative_error(np.zeros(3), np.zeros(3)) == 0.0
 

@@ -1,4 +1,4 @@
-"""models/cucker_smale_learned.phm (BENCHMARKS C6.3, [P3] Eqs. 34–38; benchmarks/repro_cucker_smale.py).
+"""models/cucker_smale_learned.phm (BENCHMARKS C6.3, the port-Hamiltonian paper, Eqs. 34–38; benchmarks/repro_cucker_smale.py).
 
 Checked against independent routes: the right-hand side against numpy's (1/N) Σ_j MLP(v_j − v_i, x_j − x_i)
 with the weights unpacked by hand; the F(0, 0) regulariser mapping (‖f(0)‖² = N·F(0, 0)², so

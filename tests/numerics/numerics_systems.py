@@ -1,7 +1,7 @@
 """Test systems of BENCHMARKS B2 and the B1 MLP Hamiltonian, built with plain CasADi.
 
 Every system is Hamiltonian with state y = (q, p) and right-hand side
-f(t, y, theta) = (dH/dp, -dH/dq) (B1, the [FLAG]-corrected form of Eq. 1).
+f(t, y, theta) = (dH/dp, -dH/dq) (B1, the corrected (BENCHMARKS flags the printed sign) form of Eq. 1).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ def _global_error(method: str, h: float, **options) -> float:
 @pytest.mark.parametrize("solver", ["newton", "kinsol", "fpi"])
 def test_implicit_midpoint_is_second_order(solver):
     errors = [_global_error("midpoint", h, solver=solver, n_iter=20) for h in (0.1, 0.05, 0.025)]
-    np.testing.assert_allclose(errors, [4.56e-4, 1.14e-4, 2.85e-5], rtol=5e-3)  # BENCHMARKS [DERIVED]
+    np.testing.assert_allclose(errors, [4.56e-4, 1.14e-4, 2.85e-5], rtol=5e-3)  # derived in BENCHMARKS
     ratios = np.array(errors[:-1]) / np.array(errors[1:])
     assert np.all(np.abs(ratios - 4.0) <= 0.1), ratios
 
