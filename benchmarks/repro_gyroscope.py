@@ -158,6 +158,175 @@ def perturbed_truth(t: np.ndarray, Z: np.ndarray, work: Path, eps: float = PERT_
     return {"score": score(pred, Z, t), "eps": eps}
 
 
+# ---------------------------------------------------------------- data efficiency (A4.4, A7.2)
+def parse_sizes(items: list[str]) -> list[tuple[str, int]]:
+    """``["chnn=10", "hnn=200"]`` -> ``[("chnn", 10), ("hnn", 200)]``; ValueError on anything else."""
+    out = []
+    for item in items:
+        kind, _, n = item.partition("=")
+        if kind not in KINDS or not n.isdigit() or not 1 <= int(n) <= 800:
+            raise ValueError(f"{item!r}: expected KIND=N with KIND one of {', '.join(KINDS)} and 1 <= N <= 800")
+        out.append((kind, int(n)))
+    return out
+
+
+def first_trajectories(src: Path, n: int, dst: Path) -> Path:
+    """The first ``n`` trajectories of a trajectory CSV (in file order), written atomically to ``dst``: the
+    training sets of the efficiency runs are prefixes of the N = 800 run's set, so they are nested (A4.4)."""
+    lines = src.read_text().splitlines()
+    keep, seen = [lines[0]], []
+    for line in lines[1:]:
+        traj = line.split(",", 1)[0]
+        if not seen or seen[-1] != traj:
+            if len(seen) == n:
+                break
+            seen.append(traj)
+        keep.append(line)
+    if len(seen) < n:
+        raise SystemExit(f"{src} holds {len(seen)} trajectories, fewer than {n}")
+    tmp = dst.with_suffix(".tmp")
+    tmp.write_text("\n".join(keep) + "\n")
+    tmp.replace(dst)
+    return dst
+
+
+def efficiency(args, ap, argv) -> int:
+    """The gyroscope's data-efficiency claim: full-scale fits on the first N trajectories of the N = 800 run's
+    training set (``--base``, whose data and fits are reused: the same test set, nested training sets), scored
+    like the main run, one report. Each sub-run lives in ``WORK/<kind><N>`` and resumes."""
+    try:
+        sizes = parse_sizes(args.efficiency)
+    except ValueError as e:
+        ap.error(f"--efficiency {e}")
+    if not args.work or not args.base:
+        ap.error("--efficiency needs --work (its sub-runs) and --base (the N = 800 run's work directory)")
+    work, base = Path(args.work), Path(args.base)
+    if not (base / "data" / "train_chnn.csv").is_file():
+        ap.error(f"--base {base}: no data/train_chnn.csv (run the main study with --work {base} first)")
+    work.mkdir(parents=True, exist_ok=True)
+    hidden = args.hidden or (16 if args.quick else 256)
+    epochs = (args.epochs or ([3] if args.quick else [2000]))[0]
+    deadline = time.time() + (args.budget if args.budget is not None else float("inf"))
+    t_start, load0 = time.perf_counter(), os.getloadavg()
+    torch.set_num_threads(1)
+    with open(work / "calls.log", "a") as fh:
+        fh.write(json.dumps({"utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S"),
+                             "argv": " ".join(sys.argv[1:] if argv is None else argv)}) + "\n")
+    t_test, Z_test = gd.read_trajectories(base / "data" / "test_trajectories.csv")
+    res_path = work / "results.json"
+    res = json.loads(res_path.read_text()) if res_path.is_file() else {}
+
+    def save():
+        tmp = res_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(RC._jsonable(res), indent=1))
+        tmp.replace(res_path)
+
+    for kind in KINDS:  # the N = 800 fits of the base run, scored here on the same test set
+        key = f"{kind}800"
+        fit_dir = base / f"fit_{FILE[kind]}"
+        if key not in res and (fit_dir / "params.json").is_file():
+            log(f"=== {LABEL[kind]} at 800 (the base run's fit)")
+            pred, _ = predicted_cartesian(kind, 256, fit_dir, base / "data" / f"test_{kind}.csv")
+            params = json.loads((fit_dir / "params.json").read_text())
+            res[key] = {"kind": kind, "n": 800, "score": score(pred, Z_test, t_test), "base": True,
+                        "fit": {"epochs": params["epochs"], "train_loss": params["train_loss"], "partial": False,
+                                "dir": str(fit_dir)}}
+            save()
+    for i, (kind, n) in enumerate(sizes):
+        key = f"{kind}{n}"
+        sub = work / key
+        sub.mkdir(exist_ok=True)
+        train = sub / "train.csv"
+        if not train.is_file():
+            first_trajectories(base / "data" / f"train_{kind}.csv", n, train)
+        log(f"=== {LABEL[kind]} on the first {n} training trajectories ({hidden} wide, {epochs} epochs)")
+        share = time.time() + (deadline - time.time()) / (len(sizes) - i)
+        f = RC.fit(sub, FILE[kind], "", hidden, epochs, train, args.seed, args.lr, share, args.dtype)
+        old = res.get(key)
+        if old and old["fit"].get("epochs") == f["epochs"]:
+            continue
+        pred, _ = predicted_cartesian(kind, hidden, f["dir"], base / "data" / f"test_{kind}.csv")
+        res[key] = {"kind": kind, "n": n, "score": score(pred, Z_test, t_test), "fit": f,
+                    "train_sha256": RC.sha256(train)}
+        log(f"    test: geometric-mean Err {res[key]['score']['geo']['mean']:.3e}")
+        save()
+    out = Path(args.out) if args.out else (work / "results_gyroscope_efficiency_quick.md" if args.quick
+                                           else HERE / "results_gyroscope_efficiency.md")
+    write_efficiency_report(out, res, dict(argv=" ".join(sys.argv[1:] if argv is None else argv), hidden=hidden,
+                                           epochs=epochs, dtype=args.dtype, quick=args.quick, base=str(base),
+                                           seconds=time.perf_counter() - t_start, load0=load0))
+    log(f"-> {out}")
+    return 0
+
+
+def efficiency_claim(errs: dict) -> dict:
+    """From {(kind, n): mean error}: for each HNN size, the smallest CHNN size that beats it and the data-efficiency
+    factor that implies (HNN size / CHNN size), and the accuracy ratio HNN/CHNN at equal sizes."""
+    out = {"beats": {}, "ratio_equal_n": {}}
+    chnn = sorted((n, e) for (k, n), e in errs.items() if k == "chnn")
+    for (k, n), e in sorted(errs.items()):
+        if k != "hnn":
+            continue
+        better = [m for m, c in chnn if c < e]
+        out["beats"][n] = (min(better), n / min(better)) if better else None
+        if ("chnn", n) in errs:
+            out["ratio_equal_n"][n] = e / errs[("chnn", n)]
+    return out
+
+
+def write_efficiency_report(path: Path, res: dict, s: dict) -> None:
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    entries = sorted(res.values(), key=lambda r: (KINDS.index(r["kind"]), r["n"]))
+    rows, errs = [], {}
+    for r in entries:
+        sc, f = r["score"], r["fit"]
+        if not f.get("partial"):
+            errs[(r["kind"], r["n"])] = sc["geo"]["mean"]
+        rows.append([LABEL[r["kind"]], str(r["n"]),
+                     f"{f['epochs']}" + (" (**partial**)" if f.get("partial") else "") + (" (base run)" if r.get("base") else ""),
+                     f"{f['wall'] / 60:.1f} min" if "wall" in f else "–", f"{f['train_loss']:.3g}",
+                     f"**{sc['geo']['mean']:.2e}** ± {sc['geo']['ci95']:.1e}", f"{sc['geo_of_geo']:.2e}",
+                     f"{sc['median']:.2e}", str(sc["geo"].get("diverged", 0)),
+                     f"`{r['train_sha256'][:12]}`" if r.get("train_sha256") else "the base run's"])
+    claim = efficiency_claim(errs)
+    lines_claim = []
+    for n, b in claim["beats"].items():
+        lines_claim.append(f"- HNN at {n} trajectories ({errs[('hnn', n)]:.2e}): " +
+                           (f"the CHNN beats it from {b[0]} trajectories on (the smallest size run here): "
+                            f"**{b[1]:.0f}× fewer data**." if b else "no CHNN size run here beats it."))
+    for n, r in claim["ratio_equal_n"].items():
+        lines_claim.append(f"- at {n} trajectories the HNN's error is **{r:.0f}×** the CHNN's.")
+    best = max((b[1] for b in claim["beats"].values() if b), default=0.0)
+    md = [
+        "# The gyroscope's data efficiency (BENCHMARKS A4.4, A7.2): CHNN vs Euler-angle HNN over training-set sizes",
+        "",
+        f"Generated by `python benchmarks/repro_gyroscope.py {s['argv']}` ({_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M UTC}, "
+        f"pdsl @ {commit}, `{platform.platform()}`, {os.cpu_count()} cores shared with other jobs, load {s['load0'][0]:.1f} → "
+        f"{os.getloadavg()[0]:.1f}; torch {torch.__version__}, one thread; last call {s['seconds'] / 60:.1f} min). "
+        "Every number below was measured by the run.",
+        "",
+        ("**Smoke run** (`--quick`): the numbers say nothing about the claim. " if s["quick"] else "")
+        + f"Protocol: that of `results_gyroscope.md` (width {s['hidden']}, {s['epochs']} epochs, AdamW lr 3e-3 with "
+        f"cosine decay, minibatch 200 or the whole set when smaller, {s['dtype']}, orthogonal weights), the same 100 test "
+        f"trajectories. The training sets are **nested** as A4.4 asks: the first N trajectories (one chunk each) of the "
+        f"N = 800 run's set (`{s['base']}`), whose CHNN and HNN fits give the 800 rows (rescored here). The model files' "
+        "sha256 and weight draws are in `results_gyroscope.md`; each sub-run's training file's sha256 is in the last column.",
+        "",
+        table(["model", "training trajectories", "epochs", "training time", "final training loss",
+               "geo-mean Err: mean ± 95 % CI", "geometric mean over ICs", "median", "diverged rollouts",
+               "training file sha256"], rows),
+        "",
+        "The claim (\"CHNN can be 100 times more data efficient or 260 times more accurate\", Fig. 1 middle):",
+        "",
+        *lines_claim,
+        "",
+        "summary: " + " ".join(f"{k}_{n}={e:.6g}" for (k, n), e in sorted(errs.items())) + f" efficiency={best:.6g}",
+    ]
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text("\n".join(md) + "\n")
+    tmp.replace(path)
+
+
 # ---------------------------------------------------------------- main
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -176,7 +345,13 @@ def main(argv=None) -> int:
     ap.add_argument("--resume", action="store_true", help="continue the run in --work")
     ap.add_argument("--budget", type=float, default=None, help="seconds of training in this call; then partial results")
     ap.add_argument("--dtype", choices=("float64", "float32"), default="float64")
+    ap.add_argument("--efficiency", nargs="+", metavar="KIND=N", default=None,
+                    help="data efficiency (A4.4): each KIND trained on the first N trajectories of the --base run's "
+                         "training set; report results_gyroscope_efficiency.md")
+    ap.add_argument("--base", default=None, help="with --efficiency: the work directory of the N = 800 run")
     args = ap.parse_args(argv)
+    if args.efficiency is not None:
+        return efficiency(args, ap, argv)
     if args.resume and not args.work:
         ap.error("--resume needs the --work directory of the run to continue")
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="repro_gyroscope_"))
