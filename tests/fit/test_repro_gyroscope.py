@@ -86,3 +86,44 @@ def test_pdsl_data_solves_the_turned_euler_hamiltonian(data):
         # ... which is not p_φ of the turned frame: there the vertical is y', p_φ is not conserved
         assert np.abs(Y[k, :, 3] - Y[k, 0, 3]).max() > 1e-4 * np.abs(Y[k, :, 3:]).max()
     assert checked >= 3
+
+
+# ---------------------------------------------------------------- the data-efficiency mode's pieces
+def _repro():
+    pytest.importorskip("torch")
+    import repro_gyroscope
+
+    return repro_gyroscope
+
+
+def test_efficiency_sizes_are_parsed_and_bounded():
+    rg = _repro()
+    assert rg.parse_sizes(["chnn=10", "hnn=200"]) == [("chnn", 10), ("hnn", 200)]
+    for bad in (["node=10"], ["chnn=0"], ["chnn=801"], ["chnn"], ["hnn=x"]):
+        with pytest.raises(ValueError):
+            rg.parse_sizes(bad)
+
+
+def test_efficiency_training_sets_are_nested_prefixes(tmp_path):
+    rg = _repro()
+    src = tmp_path / "train.csv"
+    rows = ["traj,t,x"] + [f"{k}.0,{t / 10},{k * 10 + t}" for k in range(7) for t in range(5)]
+    src.write_text("\n".join(rows) + "\n")
+    small = rg.first_trajectories(src, 2, tmp_path / "a.csv").read_text().splitlines()
+    big = rg.first_trajectories(src, 5, tmp_path / "b.csv").read_text().splitlines()
+    assert small[0] == big[0] == "traj,t,x"
+    assert len(small) == 1 + 2 * 5 and len(big) == 1 + 5 * 5
+    assert big[:len(small)] == small  # the smaller set is a prefix of the larger one
+    assert {r.split(",")[0] for r in big[1:]} == {f"{k}.0" for k in range(5)}
+    with pytest.raises(SystemExit):
+        rg.first_trajectories(src, 8, tmp_path / "c.csv")
+
+
+def test_efficiency_claim_from_errors():
+    rg = _repro()
+    errs = {("chnn", 10): 3e-2, ("chnn", 80): 1e-3, ("chnn", 800): 3e-5, ("hnn", 80): 0.2, ("hnn", 800): 5e-2}
+    claim = rg.efficiency_claim(errs)
+    assert claim["beats"][800] == (10, 80.0)  # the CHNN at 10 already beats the HNN at 800: 80x fewer data
+    assert claim["beats"][80] == (10, 8.0)
+    assert claim["ratio_equal_n"] == {80: pytest.approx(200.0), 800: pytest.approx(5e-2 / 3e-5)}
+    assert rg.efficiency_claim({("chnn", 10): 1.0, ("hnn", 800): 0.5})["beats"][800] is None
