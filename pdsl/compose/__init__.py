@@ -9,7 +9,20 @@ junctions and whose kinematic-port connections are interface records. Every stat
 span, extended by the chain of ``use`` lines that brought it in (:attr:`pdsl.diagnostics.Span.via`).
 """
 
-from .flatten import Program, flatten, load_program, std_dir, uses_composition
+from ..parse.queries import uses_composition
 from .stage import compose
 
 __all__ = ["Program", "compose", "flatten", "load_program", "std_dir", "uses_composition"]
+
+
+def __getattr__(name: str):
+    """The flattener's names, imported when first asked for: a file without composition never loads it."""
+    if name in ("Program", "flatten", "load_program", "std_dir"):
+        import importlib
+
+        module = importlib.import_module(f"{__name__}.flatten")
+        # importing the submodule bound the package attribute `flatten` to the module: the name means the function
+        globals().update(Program=module.Program, flatten=module.flatten, load_program=module.load_program,
+                         std_dir=module.std_dir)
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -36,7 +36,7 @@ import sympy as sp
 from ..diagnostics import Collector, PdslError, Span
 from ..parse import ast as A
 from ..parse.parser import parse_file
-from ..parse.queries import declared_names, names_in
+from ..parse.queries import declared_names, names_in, uses_composition
 from ..records import record
 
 __all__ = ["Program", "load_program", "flatten", "std_dir", "uses_composition", "DOMAINS"]
@@ -60,10 +60,6 @@ def std_dir() -> Path:
     if packaged.is_dir():
         return Path(str(packaged))
     return Path(__file__).resolve().parents[2] / "models" / "std"
-
-
-def uses_composition(model: A.ModelDef) -> bool:
-    return any(isinstance(s, A.UseStmt | A.PortStmt | A.ConnectStmt | A.AnalogyStmt) for s in model.body)
 
 
 # ====================================================================== imports

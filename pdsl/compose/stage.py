@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from ..diagnostics import Collector, PdslError
 from ..parse import ast as A
-from .flatten import flatten, load_program, uses_composition
+from ..parse.queries import uses_composition
 
 __all__ = ["compose"]
 
@@ -26,6 +26,8 @@ def compose(file: A.File, const_overrides: Mapping[str, int] | None = None) -> A
     if not (file.imports or any(uses_composition(m) or any(isinstance(s, A.ImportStmt) for s in m.body)
                                 for m in file.models)):
         return file
+    from .flatten import flatten, load_program  # only a file that composes pays for importing the flattener
+
     diags = Collector()
     try:
         program = load_program(file)

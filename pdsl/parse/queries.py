@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from . import ast as A
 
-__all__ = ["RESERVED", "composition_names", "declared_names", "names_in"]
+__all__ = ["RESERVED", "composition_names", "declared_names", "names_in", "uses_composition"]
 
 # names no declaration may take; `if`/`not` begin an expression (conditionals)
 RESERVED = frozenset({"t", "ground", "pi", "der", "if", "not"})
@@ -61,3 +61,8 @@ def composition_names(body) -> set[str]:
         elif isinstance(stmt, A.UseStmt):
             names.add(stmt.name)
     return names
+
+
+def uses_composition(model: A.ModelDef) -> bool:
+    """True for a model with instances, ports, connections or an analogy: one that composition flattens."""
+    return any(isinstance(s, A.UseStmt | A.PortStmt | A.ConnectStmt | A.AnalogyStmt) for s in model.body)
