@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 from pdsl.backend.functions import to_casadi  # noqa: E402
 from pdsl.lower import lower  # noqa: E402
 from pdsl.parse.parser import parse_text  # noqa: E402
-from pdsl.resolve.resolver import resolve_file  # noqa: E402
+from pdsl.pipeline import resolve_file  # noqa: E402
 
 MODEL = ROOT / "models" / "pendulum_chain.phm"
 OUT = Path(__file__).resolve().parent / "results_pendulum_lowering.md"

@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # the stages are imported where they run: a cached compilatio
     from .lower.registry import LowerOptions
     from .resolve.model import Model
 
-__all__ = ["CompileOptions", "load_models", "select_model", "compile_model", "Compiled"]
+__all__ = ["CompileOptions", "load_models", "resolve_file", "select_model", "compile_model", "Compiled"]
 
 
 _FORMULATIONS = FORMULATIONS  # pdsl.vocab (pdsl.lower.registry reads the same)
@@ -76,6 +76,14 @@ def load_models(source: str | Path, *, text: str | None = None, consts: Mapping[
     parsed = parse_text(text, str(source)) if text is not None else parse_file(source)  # text -> syntax tree
     flat = compose(parsed, consts)  # imports read, instances/ports/connections flattened
     return resolve_models(flat, consts)  # names bound: the Model records
+
+
+def resolve_file(file, const_overrides: Mapping[str, int] | None = None) -> tuple[Model, ...]:
+    """Compose, then resolve, every model of a parsed file (the two stages of :func:`load_models` after parsing)."""
+    from .compose import compose
+    from .resolve.resolver import resolve_models
+
+    return resolve_models(compose(file, const_overrides), const_overrides)
 
 
 def select_model(models: tuple[Model, ...], name: str | None, path: str = "") -> Model:

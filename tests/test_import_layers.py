@@ -138,8 +138,9 @@ LAYERS = [
     ("pdsl.vocab", ["pdsl."]),
     ("pdsl.parse", ["pdsl.compose", "pdsl.resolve", "pdsl.lower", "pdsl.backend", "pdsl.sim", "pdsl.fit", "pdsl.cli"]),
     ("pdsl.compose", ["pdsl.resolve", "pdsl.lower", "pdsl.backend", "pdsl.sim", "pdsl.fit", "pdsl.cli"]),
-    ("pdsl.resolve", ["pdsl.lower", "pdsl.backend", "pdsl.sim", "pdsl.fit", "pdsl.cli", "pdsl.show"]),
+    ("pdsl.resolve", ["pdsl.compose", "pdsl.lower", "pdsl.backend", "pdsl.sim", "pdsl.fit", "pdsl.cli", "pdsl.show"]),
     ("pdsl.lower", ["pdsl.show", "pdsl.backend", "pdsl.sim", "pdsl.fit", "pdsl.cli"]),
+    ("pdsl.backend", ["pdsl.sim", "pdsl.fit", "pdsl.cli", "pdsl.pipeline"]),  # native_lib: what sim and backend build
     ("pdsl.numerics", ["pdsl.sim", "pdsl.fit", "pdsl.cli"]),
     ("pdsl.sim", ["pdsl.fit", "pdsl.cli"]),
     ("pdsl.fit", ["pdsl.cli"]),

@@ -64,7 +64,7 @@ _LIBS: dict[str, ctypes.CDLL] = {}  # libraries loaded in this process, by key
 
 
 def library_key(source: str, cc: str) -> str:
-    """The library's key: its cache entry is ``rhs-<key>.so`` (:mod:`pdsl.sim.compiled`'s names and rules)."""
+    """The library's key: its cache entry is ``rhs-<key>.so`` (:mod:`pdsl.backend.native_lib`'s names and rules)."""
     h = hashlib.sha256()
     for part in ("pdsl torch core", source, str(cc), " ".join(FLAGS)):
         h.update(part.encode("utf-8", "surrogatepass"))
@@ -76,16 +76,16 @@ def _library(source: str) -> ctypes.CDLL:
     """The compiled ``source``: loaded in this process, else from the active cache once authenticated, else
     built now (and stored there when there is a usable cache)."""
     from ..cache import default_cache
-    from ..sim import compiled
+    from . import native_lib
 
     cc = compiler()
     if cc is None:
         raise OSError("no C compiler")
     key = library_key(source, cc)
     cache = default_cache()
-    lib = compiled._loaded(key, cache, load=ctypes.CDLL, loaded=_LIBS)
+    lib = native_lib.load_cached(key, cache, ctypes.CDLL, _LIBS)
     if lib is None:
-        lib = compiled._build(source, key, cc, cache, FLAGS, load=ctypes.CDLL)
+        lib = native_lib.build(source, key, cc, cache, FLAGS, ctypes.CDLL)
     _LIBS[key] = lib
     return lib
 

@@ -51,7 +51,7 @@ from .expressions import (
     int_value,
 )
 
-__all__ = ["resolve", "resolve_file", "resolve_models"]
+__all__ = ["resolve", "resolve_models"]
 
 # The resolver's one dispatch table, by domain: statement type -> the method that resolves it in pass 2 (after every
 # declaration is known). The methods live in the domain modules that _Resolver mixes in, as lowering is split by
@@ -92,14 +92,6 @@ DECLARATIONS: Mapping[type, str] = {
     A.DistributionStmt: "_declare_distribution",
     A.BodyStmt: "_declare_body",
 }
-
-
-def resolve_file(file: A.File, const_overrides: Mapping[str, int] | None = None) -> tuple[M.Model, ...]:
-    """Compose, then resolve, every model of a file: the two stages in one call, for callers that start from a
-    parsed file (the pipeline names them apart: :func:`pdsl.pipeline.load_models`)."""
-    from ..compose import compose  # an earlier stage: resolve may call it, compose never imports resolve
-
-    return resolve_models(compose(file, const_overrides), const_overrides)
 
 
 def resolve_models(file: A.File, const_overrides: Mapping[str, int] | None = None) -> tuple[M.Model, ...]:

@@ -47,14 +47,15 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import casadi as ca
+
+from ..backend import native_lib
+from ..backend.native_lib import WORK_PREFIX, find_compiler, library_path  # noqa: F401 - this module's names too
 
 __all__ = ["COMPILE_MODES", "RhsPlan", "find_compiler", "FLAGS"]
 
@@ -82,7 +83,6 @@ GRID_INSTRUCTIONS_MAX = 20_000
 BUILD_S_MAX = 120.0
 PROGRESS_S = 2.0  # a stage predicted (or found) to take longer than this says so on standard error (progress)
 
-_COMPILER: list = []  # [path or None], found once per process
 _LOADED: dict[str, ca.Importer] = {}  # key -> loaded library (this process)
 _BUILDS: list = [0]  # libraries built in this process (a VM choice of ``auto`` is revisited after one)
 _GRID: dict = {}  # identities of grid functions -> (them, their compiled versions)
@@ -98,19 +98,6 @@ def progress(text: str) -> None:
 
 def generation() -> int:
     return _BUILDS[0]
-
-
-def find_compiler() -> str | None:
-    """The C compiler: ``$CC``, else the first of cc, gcc, clang on the PATH; None when there is none."""
-    if not _COMPILER:
-        cc = os.environ.get("CC")
-        found = None
-        for name in ([cc] if cc else ["cc", "gcc", "clang"]):
-            found = shutil.which(name)
-            if found:
-                break
-        _COMPILER.append(found)
-    return _COMPILER[0]
 
 
 @dataclass
@@ -341,13 +328,6 @@ def _key(funcs: list[ca.Function], cc: str | None, source: ca.Function | None = 
 _NUMERIC_OPTIONS = frozenset({"abstol", "reltol", "max_num_steps", "show_eval_warnings", "disable_internal_warnings"})
 
 
-def library_path(cache, key: str) -> Path | None:
-    """Where the library ``key`` lives in the cache directory; None without a cache or when it is not used."""
-    if cache is None:
-        return None
-    return cache.library_file(f"rhs-{key}.so")
-
-
 def _importer(path: str) -> ca.Importer:
     # CasADi appends ".so" to a name without any dot: /proc/self/fd/N (pdsl.cache) is given as /proc/self/fd/./N
     if "." not in path:
@@ -356,38 +336,13 @@ def _importer(path: str) -> ca.Importer:
 
 
 def _loaded(key: str, cache, load=_importer, loaded: dict | None = None):
-    """The library ``key``: loaded in this process, else loaded (``load``) from the cache directory once its bytes
-    are authenticated (a damaged or foreign one is removed there: rebuilt), else None."""
-    loaded = _LOADED if loaded is None else loaded
-    if key in loaded:
-        return loaded[key]
-    if cache is None:
-        return None
-    return cache.load_library(f"rhs-{key}.so", load)
-
-
-WORK_PREFIX = "pdsl-cc-"  # the compiler's work directories in the temporary directory
+    """The library ``key`` (this process's, else the cache directory's once authenticated), else None."""
+    return native_lib.load_cached(key, cache, load, _LOADED if loaded is None else loaded)
 
 
 def _build(src: str, key: str, cc: str, cache, flags: tuple[str, ...] = FLAGS, load=_importer):
-    """Compile ``src`` into a shared object in a private work directory, store its bytes (authenticated,
-    atomically) in the cache directory, and load it (``load``) from the work directory."""
-    from ..cache import sweep_temporaries, temporary_dir
-
-    tmp = tempfile.gettempdir()
-    sweep_temporaries(tmp, WORK_PREFIX)  # work directories of killed builds
-    with temporary_dir(tmp, WORK_PREFIX) as work:
-        c_file = os.path.join(work, "pdsl_rhs.c")
-        with open(c_file, "w", encoding="utf-8") as fh:
-            fh.write(src)
-        out = os.path.join(work, f"rhs-{key[:16]}.so")
-        proc = subprocess.run([cc, *flags, "-o", out, c_file, "-lm"], capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{Path(cc).name} exited with {proc.returncode}: {proc.stderr.strip()[-300:]}")
-        if cache is not None:
-            with open(out, "rb") as fh:
-                cache.store_library(f"rhs-{key}.so", fh.read())  # no-op when the directory is not used
-        return load(out)  # loaded now: the work directory may go
+    """``src`` compiled with ``flags``, stored in the cache, loaded (pdsl.backend.native_lib.build)."""
+    return native_lib.build(src, key, cc, cache, flags, load)
 
 
 def _duration(seconds: float) -> str:

@@ -27,6 +27,7 @@ import casadi as ca
 import numpy as np
 
 from ..diagnostics import PdslError
+from ..backend import native_lib
 from . import compiled
 
 __all__ = ["NATIVE_INTEGRATORS", "NativeIntegrator", "native_integrator"]
@@ -96,7 +97,7 @@ def native_integrator(f: ca.Function, cache, key_objs: tuple = (), *, build: boo
         hit = _MADE.get(tuple(id(o) for o in key_objs))
         if hit is not None and all(a is b for a, b in zip(hit[0], key_objs)):
             return hit[1]
-    cc = compiled.find_compiler()
+    cc = native_lib.find_compiler()
     if cc is None:
         if not build:
             return None
@@ -111,7 +112,7 @@ def native_integrator(f: ca.Function, cache, key_objs: tuple = (), *, build: boo
         h.update(part.encode("utf-8", "surrogatepass"))
         h.update(b"\x00")
     key = h.hexdigest()
-    lib = compiled._loaded(key, cache, load=ctypes.CDLL, loaded=_LIBS)
+    lib = native_lib.load_cached(key, cache, ctypes.CDLL, _LIBS)
     if lib is not None:
         how = "library built earlier in this process" if key in _LIBS else "library from the cache"
     elif not build:
@@ -121,11 +122,11 @@ def native_integrator(f: ca.Function, cache, key_objs: tuple = (), *, build: boo
         try:
             src = ca.CodeGenerator("pdsl_dop853.c", {"with_header": False})
             src.add(f)
-            lib = compiled._build(src.dump() + driver, key, cc, cache, FLAGS, load=ctypes.CDLL)
+            lib = native_lib.build(src.dump() + driver, key, cc, cache, FLAGS, ctypes.CDLL)
         except (OSError, subprocess.SubprocessError, RuntimeError) as exc:
             raise PdslError.at("IntegratorFailure", f"dop853: building the C integrator failed: {compiled._short(exc)}",
                                hint="use --integrator cvodes") from None
-        where = "cached" if compiled.library_path(cache, key) is not None else "not cached"
+        where = "cached" if native_lib.library_path(cache, key) is not None else "not cached"
         how = f"{cc.rsplit('/', 1)[-1]} {FLAGS[0]}, built in {time.perf_counter() - started:.2f} s, {where}"
     _LIBS[key] = lib
     fn = lib.pdsl_dop853

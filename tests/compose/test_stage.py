@@ -10,7 +10,8 @@ from pdsl.parse import ast as A
 from pdsl.parse.parser import parse_file, parse_text
 from pdsl.parse.queries import composition_names, declared_names, names_in
 from pdsl.pipeline import load_models
-from pdsl.resolve.resolver import resolve_file, resolve_models
+from pdsl.pipeline import resolve_file
+from pdsl.resolve.resolver import resolve_models
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSED = sorted((ROOT / "models" / "composition").glob("*.phm"))

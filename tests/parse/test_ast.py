@@ -11,7 +11,7 @@ from pdsl.diagnostics import PdslError, Span
 from pdsl.parse import ast as A
 from pdsl.parse.parser import parse_expression, parse_text
 from pdsl.pipeline import load_models
-from pdsl.resolve.resolver import resolve_file
+from pdsl.pipeline import resolve_file
 
 CHAIN = """\
 model Chain

@@ -18,7 +18,7 @@ from sympy.core.cache import clear_cache
 
 from pdsl.diagnostics import PdslError, render
 from pdsl.parse.parser import parse_text
-from pdsl.resolve.resolver import resolve_file
+from pdsl.pipeline import resolve_file
 
 
 def _params(n: int) -> str:

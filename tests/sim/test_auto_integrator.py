@@ -15,6 +15,7 @@ import pytest
 
 from pdsl.cli.main import main
 from pdsl.pipeline import compile_model, load_models
+from pdsl.backend import native_lib
 from pdsl.sim import auto, compiled, native
 from pdsl.sim.simulate import input_from_expression, simulate, simulate_batch, time_grid
 
@@ -178,7 +179,7 @@ def test_no_compiler_runs_the_same_steps_from_python(monkeypatch):
     num = compile_model(MODELS / "double_pendulum.phm", cache=False).numeric
     grid = time_grid(5.0, 0.05)
     with_c = simulate(num, grid, compile="yes")
-    monkeypatch.setattr(compiled, "_COMPILER", [None])
+    monkeypatch.setattr(native_lib, "_COMPILER", [None])
     monkeypatch.setattr(native, "_MADE", {})
     monkeypatch.setattr(native, "_LIBS", {})
     without = simulate(num, grid)

@@ -12,6 +12,7 @@ from pdsl.cache import ModelCache, using
 from pdsl.cli.main import main
 from pdsl.diagnostics import PdslError
 from pdsl.pipeline import compile_model
+from pdsl.backend import native_lib
 from pdsl.sim import compiled, dispatch
 from pdsl.sim import simulate as sim
 from pdsl.sim.simulate import cumulative_simpson, simulate as _simulate
@@ -67,7 +68,7 @@ def test_chain_functional_iteration_and_constraints_match(tmp_path, monkeypatch)
 
 
 def test_no_compiler_falls_back_to_the_vm(pendulum, monkeypatch):
-    monkeypatch.setattr(compiled, "_COMPILER", [None])
+    monkeypatch.setattr(native_lib, "_COMPILER", [None])
     res = simulate(pendulum, GRID, compile="yes")
     assert res.info["rhs"] == "CasADi VM (no C compiler found ($CC, cc, gcc, clang))"
     ref = simulate(pendulum, GRID, compile="no")
@@ -78,17 +79,17 @@ def test_a_failing_compiler_falls_back_to_the_vm(pendulum, monkeypatch, tmp_path
     bad = tmp_path / "cc"
     bad.write_text("#!/bin/sh\necho 'cc: internal error' >&2\nexit 3\n")
     bad.chmod(0o755)
-    monkeypatch.setattr(compiled, "_COMPILER", [str(bad)])
+    monkeypatch.setattr(native_lib, "_COMPILER", [str(bad)])
     res = simulate(pendulum, GRID, compile="yes")
     assert res.info["rhs"].startswith("CasADi VM (the C build failed, cc exited with 3: cc: internal error")
     assert np.array_equal(res.x, simulate(pendulum, GRID, compile="no").x)
 
 
 def test_compiler_from_the_environment(monkeypatch):
-    monkeypatch.setattr(compiled, "_COMPILER", [])
+    monkeypatch.setattr(native_lib, "_COMPILER", [])
     monkeypatch.setenv("CC", "no-such-compiler-pdsl")
     assert compiled.find_compiler() is None
-    monkeypatch.setattr(compiled, "_COMPILER", [])
+    monkeypatch.setattr(native_lib, "_COMPILER", [])
 
 
 def test_auto_keeps_the_vm_for_a_short_run_and_says_why(pendulum):
