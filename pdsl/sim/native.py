@@ -223,15 +223,19 @@ class VmDop853:
             index[key] = len(values)
             values.append(float(v))
         tab = T.sym("tableau", len(values))
+        cells = ca.vertsplit(tab)  # the entries once (an index into tab per use is a call into CasADi each)
 
         def c(*key):
-            return tab[index[key if len(key) > 1 else key[0]]]
+            return cells[index[key if len(key) > 1 else key[0]]]
 
         def dot(terms):  # Σ_j K_j·w_j over the nonzero weights, from 0, in order: the driver's `acc += …` loop
+            terms = [(k, w) for k, w in terms if values[index[w]] != 0.0]
+            if not mx and terms:  # one multiply-accumulate: ((0 + K_a·w_a) + K_b·w_b) + …, the loop's graph exactly
+                weights = tab[[index[w] for _, w in terms]]
+                return ca.mac(ca.horzcat(*(k for k, _ in terms)), weights, ca.repmat(c("0"), terms[0][0].size1(), 1))
             acc = c("0")
             for k, w in terms:
-                if values[index[w]] != 0.0:
-                    acc = acc + k * c(*w)
+                acc = acc + k * c(*w)
             return acc
 
         K = [k0]
@@ -249,10 +253,8 @@ class VmDop853:
         if mx:  # casadi_dot: r = 0; r += x_i·y_i for i in order, the driver's loop
             e5, e3, stnum, stden = (ca.dot(v[:nerr], v[:nerr]) for v in (a5, a3, st_a, st_b))
         else:
-            e5 = e3 = stnum = stden = c("0")
-            for i in range(nerr):  # the sums over the components (those under error control), in order
-                e5, e3 = e5 + a5[i] * a5[i], e3 + a3[i] * a3[i]
-                stnum, stden = stnum + st_a[i] * st_a[i], stden + st_b[i] * st_b[i]
+            # the sums over the components (those under error control), in order: ((0 + v₀·v₀) + v₁·v₁) + …
+            e5, e3, stnum, stden = (ca.mac(v[:nerr].T, v[:nerr], c("0")) for v in (a5, a3, st_a, st_b))
         ins = ca.vertcat(t, h, rtol, atol, y, p, k0)
         outs = ca.vertcat(yn, *K[1:], e5, e3, stnum, stden)
         self._attempt = self._buffered(ca.Function("dop853_attempt", [ins, tab], [outs]), values)
