@@ -277,14 +277,18 @@ def efficiency_claim(errs: dict) -> dict:
 def write_efficiency_report(path: Path, res: dict, s: dict) -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     entries = sorted(res.values(), key=lambda r: (KINDS.index(r["kind"]), r["n"]))
-    rows, errs = [], {}
+    rows, errs, stalls = [], {}, []
     for r in entries:
         sc, f = r["score"], r["fit"]
-        if not f.get("partial"):
+        ratio = RC.stalled(f) if "loss_at" in f else None  # did not train: last/first loss above RC.STALL
+        if ratio is not None:
+            stalls.append(f"{LABEL[r['kind']]} at {r['n']} (last/first training loss {ratio:.2f})")
+        elif not f.get("partial"):
             errs[(r["kind"], r["n"])] = sc["geo"]["mean"]
         rows.append([LABEL[r["kind"]], str(r["n"]),
                      f"{f['epochs']}" + (" (**partial**)" if f.get("partial") else "") + (" (base run)" if r.get("base") else ""),
-                     f"{f['wall'] / 60:.1f} min" if "wall" in f else "–", f"{f['train_loss']:.3g}",
+                     f"{f['wall'] / 60:.1f} min" if "wall" in f else "–",
+                     f"{f['train_loss']:.3g}" + (f" (**did not train**: {ratio:.2f} of its first epoch's)" if ratio else ""),
                      f"**{sc['geo']['mean']:.2e}** ± {sc['geo']['ci95']:.1e}", f"{sc['geo_of_geo']:.2e}",
                      f"{sc['median']:.2e}", str(sc["geo"].get("diverged", 0)),
                      f"`{r['train_sha256'][:12]}`" if r.get("train_sha256") else "the base run's"])
@@ -292,8 +296,8 @@ def write_efficiency_report(path: Path, res: dict, s: dict) -> None:
     lines_claim = []
     for n, b in claim["beats"].items():
         lines_claim.append(f"- HNN at {n} trajectories ({errs[('hnn', n)]:.2e}): " +
-                           (f"the CHNN beats it from {b[0]} trajectories on (the smallest size run here): "
-                            f"**{b[1]:.0f}× fewer data**." if b else "no CHNN size run here beats it."))
+                           (f"the smallest CHNN training set run here that beats it has {b[0]} trajectories: "
+                            f"**{b[1]:.0f}× fewer data**." if b else "no CHNN training set run here beats it."))
     for n, r in claim["ratio_equal_n"].items():
         lines_claim.append(f"- at {n} trajectories the HNN's error is **{r:.0f}×** the CHNN's.")
     best = max((b[1] for b in claim["beats"].values() if b), default=0.0)
@@ -319,6 +323,9 @@ def write_efficiency_report(path: Path, res: dict, s: dict) -> None:
         "The claim (\"CHNN can be 100 times more data efficient or 260 times more accurate\", Fig. 1 middle):",
         "",
         *lines_claim,
+        *([f"- left out of the claim, because the fit did not train (its last training loss is above "
+           f"{RC.STALL:g} of its first epoch's; an optimisation failure, not the model class's accuracy): "
+           + "; ".join(stalls) + "."] if stalls else []),
         "",
         "summary: " + " ".join(f"{k}_{n}={e:.6g}" for (k, n), e in sorted(errs.items())) + f" efficiency={best:.6g}",
     ]
