@@ -92,7 +92,10 @@ def integrate(num, grid, X0, st, threads: int = 1) -> list[tuple[np.ndarray, np.
     quad = bool(st.quad.get("want")) and n == 1
     if quad:  # ∫ power dt rides along on the states' steps, outside the error test (the states are unchanged)
         q = type(x).sym("q")
-        f = ca.Function("f", [t, ca.vertcat(x, q), P], [ca.vertcat(xdot, _power_expr(num, sigs, t, x, z, P))])
+        out = ca.vertcat(xdot, _power_expr(num, sigs, t, x, z, P))
+        if isinstance(out, ca.SX):  # dE/dt = ∇E·ẋ repeats what ẋ computes: each distinct subexpression once (the same
+            out = ca.cse(out)  # operations on the same values, so the same bits; double pendulum 195 -> 133 instructions)
+        f = ca.Function("f", [t, ca.vertcat(x, q), P], [out])
         key = (num.dae, *sigs, _QUAD)
         starts = np.column_stack([X0, np.zeros(n)])
     else:
