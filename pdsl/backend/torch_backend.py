@@ -14,8 +14,9 @@ A(x)·w = b(x), the report columns, the outputs) to torch, batched over a leadin
 * a network call ``V(u1, ..., un)`` stacks its inputs to (B, n) and runs the MLP as matrix–matrix
   products; where the model differentiates the network (∂V/∂q in Hamilton's equations) the
   input Jacobian comes from the same pass by explicit backpropagation (as
-  :func:`pdsl.backend.neural.mlp_forward_backward` does for CasADi), so the rhs is an ordinary
-  first-order torch graph and training needs no double backward;
+  :func:`pdsl.backend.neural.mlp_forward_backward` does for CasADi), and the network with its
+  Jacobian is one autograd Function with a hand-written backward (:mod:`pdsl.backend.torch_mlp`),
+  so training needs no double backward through recorded operations;
 * the linear-implicit rows are solved by substitution in the order the lowering wrote them when
   that order is triangular (the Cartesian lowering's L·D·Lᵀ elimination is), each unknown one
   expression of the ones before; rows left over are solved together by a batched dense solve.
@@ -29,7 +30,6 @@ the CPU the networks run in float32 around it (mixed precision); on a GPU the rh
 
 from __future__ import annotations
 
-import math
 import operator
 import os
 from dataclasses import dataclass
@@ -43,39 +43,15 @@ from ..diagnostics import InternalError, PdslError
 from ..lower.ir import SymbolicSystem
 from ..resolve.model import network_derivative
 from .neural import layer_sizes, n_weights
+from .torch_mlp import ACT, DACT, mlp_torch
 
 __all__ = ["TorchSystem", "Bound", "DTYPE", "mlp_torch"]
 
 DTYPE = torch.float64
-_SQRT2 = math.sqrt(2.0)
-_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
-def _softplus(z):  # the CasADi backend's formula (torch's softplus switches to z above 20)
-    return torch.log1p(torch.exp(-z.abs())) + torch.clamp(z, min=0)
-
-
-_ACT: dict[str, Callable] = {
-    "tanh": torch.tanh,
-    "relu": torch.relu,
-    "softplus": _softplus,
-    "sin": torch.sin,
-    "elu": lambda z: torch.where(z > 0, z, torch.expm1(z)),
-    "gelu": lambda z: 0.5 * z * (1 + torch.erf(z / _SQRT2)),
-    "sigmoid": torch.sigmoid,
-    "identity": lambda z: z,
-}
-# s'(z) from z and h = s(z)
-_DACT: dict[str, Callable | None] = {
-    "tanh": lambda z, h: 1 - h * h,
-    "relu": lambda z, h: (z > 0).to(z.dtype),
-    "softplus": lambda z, h: torch.sigmoid(z),
-    "sin": lambda z, h: torch.cos(z),
-    "elu": lambda z, h: torch.where(z > 0, torch.ones_like(z), torch.exp(z)),
-    "gelu": lambda z, h: 0.5 * (1 + torch.erf(z / _SQRT2)) + z * _INV_SQRT_2PI * torch.exp(-0.5 * z * z),
-    "sigmoid": lambda z, h: h * (1 - h),
-    "identity": None,
-}
+# the activation tables and the network evaluation (value, input Jacobian, hand-written backward): pdsl.backend.torch_mlp
+_ACT, _DACT = ACT, DACT
 
 
 def _layers(nn, w: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -89,39 +65,6 @@ def _layers(nn, w: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         out.append((Wt, w[k : k + fan_out]))
         k += fan_out
     return out
-
-
-def mlp_torch(nn, layers, X: torch.Tensor, jacobian: bool, rows: list[int] | None = None, masks=None):
-    """``(y, J)`` for a batch X (B, n_in): y (B, n_out) and, if asked, J = dy/dX (B, n_out, n_in) —
-    or only the Jacobian rows of the outputs ``rows`` (B, len(rows), n_in). ``masks``: one (B, width)
-    dropout mask per hidden layer (0 or 1/(1 − rate); training only), applied after its activation."""
-    names = nn.layer_acts()  # one activation per layer, the output layer's last ("identity": linear)
-    h, slopes = X, []
-    n_hidden = len(layers) - 1
-    for k, ((Wt, b), name) in enumerate(zip(layers, names)):
-        z = torch.addmm(b, h, Wt)
-        h = _ACT[name](z)
-        s = None if _DACT[name] is None or not jacobian else _DACT[name](z, h)
-        if masks is not None and k < n_hidden:
-            h = h * masks[k]
-            if jacobian:
-                s = masks[k] if s is None else s * masks[k]
-        slopes.append(s)
-    y = h
-    if not jacobian:
-        return y, None
-    Wt_out = layers[-1][0]
-    W_rows = Wt_out.t() if rows is None else Wt_out.t()[rows]
-    n_out, B = W_rows.shape[0], X.shape[0]
-    # G = dy/dh_l, from the output side, as (B·n_out, width) so that every product is one matrix–matrix product
-    G = W_rows.unsqueeze(0).expand(B, n_out, Wt_out.shape[0])
-    if slopes[-1] is not None:  # a non-linear output layer: D_out from the left
-        G = G * (slopes[-1] if rows is None else slopes[-1][:, rows]).unsqueeze(2)
-    for (Wt, _), s in zip(reversed(layers[:-1]), reversed(slopes[:-1])):
-        if s is not None:
-            G = G * s.unsqueeze(1)
-        G = (G.reshape(B * n_out, -1) @ Wt.t()).reshape(B, n_out, -1)
-    return y, G
 
 
 @dataclass
