@@ -155,6 +155,11 @@ def _mm(a: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
     return torch.mm(a.reshape(B * R, n), W).reshape(B, R, W.shape[1])
 
 
+def _times_Wt_t(zbar: torch.Tensor, Wt: torch.Tensor) -> torch.Tensor:
+    """z̄ Wtᵀ; for a layer of one unit (an outer product) as a broadcast product, not a K = 1 matrix product."""
+    return zbar * Wt.t() if Wt.shape[1] == 1 else torch.mm(zbar, Wt.t())
+
+
 def _flat(a: torch.Tensor) -> torch.Tensor:
     return a if a.dim() == 2 else a.reshape(-1, a.shape[-1])
 
@@ -206,13 +211,14 @@ class MLPValueJacobian(torch.autograd.Function):
             deltas[j] = delta
             g = _mm(delta, Wts[j].t())
             gs[j] = g
-        if g.shape[0] != B:  # no hidden layer and a linear output: G = W_R for every sample
-            g = g.expand(B, -1)
+        if g.shape[0] != B or L == 1:  # no hidden layer: G is u ⊗ W_R, W_R a view of an input
+            g = g.expand(B, -1).clone() if g.dim() == 2 else g.clone()
+        gs[0] = None  # the output G: not kept here (a tensor returned by forward and held by ctx is a cycle)
         ctx.meta, ctx.L = meta, L
         ctx.set_materialize_grads(False)
         ctx.lists = (hs, zs, As, Ds, Sl, gs, deltas, u, W_R)
         ctx.save_for_backward(X, *flat)
-        return y, (g.unsqueeze(1) if R == 1 else g)
+        return y.clone(), (g.unsqueeze(1) if R == 1 else g)  # y: a copy, As[-1] (and zs[-1]) are kept
 
     @staticmethod
     @once_differentiable
@@ -255,15 +261,17 @@ class MLPValueJacobian(torch.autograd.Function):
                 top = torch.zeros_like(Wts[-1])
                 top.index_add_(1, torch.tensor(rows, device=top.device), WRbar.t())
                 dWt[L - 1] = top
-        # ordinary backpropagation of ȳ, the slope cotangents folded in
+        # ordinary backpropagation of ȳ, the slope cotangents folded in; z̄ None: zero (a rhs that uses only the
+        # Jacobian hands back ȳ = 0: the output layer's products are skipped, not run on zeros)
         out = Sl[-1]
-        if ybar is None:
-            zbar = torch.zeros(B, Wts[-1].shape[1], dtype=X.dtype, device=X.device)
-        else:
-            zbar = out(ybar)
+        if ybar is not None and ybar.device.type == "cpu" and not bool(ybar.any()):
+            ybar = None
+        zbar = None if ybar is None else out(ybar)
         if ubar is not None:  # u = s_{L-1}[:, R], ds/dz = σ''
             d2 = _d2(acts[-1], zs[-1], As[-1], Ds[-1] if Ds[-1] is not None else 1 - As[-1] * As[-1])
             if d2 is not None:
+                if zbar is None:
+                    zbar = torch.zeros(B, Wts[-1].shape[1], dtype=X.dtype, device=X.device)
                 if rows is None:
                     zbar = zbar + ubar * d2
                 else:
@@ -273,24 +281,27 @@ class MLPValueJacobian(torch.autograd.Function):
         Xbar = None
         for j in range(L - 1, -1, -1):
             Wt = Wts[j]
-            dWt[j] = torch.mm(hs[j].t(), zbar) if dWt[j] is None else dWt[j].addmm_(hs[j].t(), zbar)
+            if zbar is not None:
+                dWt[j] = torch.mm(hs[j].t(), zbar) if dWt[j] is None else dWt[j].addmm_(hs[j].t(), zbar)
+                grads[2 * j + 1] = zbar.sum(0)
             grads[2 * j] = dWt[j]
-            grads[2 * j + 1] = zbar.sum(0)
             if j == 0:
-                if ctx.needs_input_grad[1]:
-                    Xbar = torch.mm(zbar, Wt.t())
+                if ctx.needs_input_grad[1] and zbar is not None:
+                    Xbar = _times_Wt_t(zbar, Wt)
                 break
-            hbar = torch.mm(zbar, Wt.t())
+            hbar = None if zbar is None else _times_Wt_t(zbar, Wt)
             k = j - 1
             slope = Sl[k]
             if sbar[k] is not None and slope.a is not None:  # tanh: σ'' = −2 a σ', z̄ = (h̄ − 2 a · s̄) · s
-                zbar = slope(hbar.addcmul_(As[k], sbar[k], value=-2.0))
+                t = torch.mul(As[k], sbar[k]).mul_(-2.0) if hbar is None else hbar.addcmul_(As[k], sbar[k], value=-2.0)
+                zbar = slope(t)
                 continue
-            zbar = slope(hbar, inplace=True)
+            zbar = None if hbar is None else slope(hbar, inplace=True)
             if sbar[k] is not None:
                 d2 = _d2(acts[k], zs[k], As[k], Ds[k])
                 if d2 is not None:
-                    zbar.addcmul_(sbar[k], d2 if masks is None else d2 * masks[k])
+                    term = d2 if masks is None else d2 * masks[k]
+                    zbar = sbar[k] * term if zbar is None else zbar.addcmul_(sbar[k], term)
         return (None, Xbar, *grads)
 
 

@@ -203,3 +203,21 @@ def test_chnn_chunk_loss_and_gradient_equal_the_plain_operations(core, dropout, 
     assert abs(L1 - L0) <= 1e-12 * abs(L0)
     assert np.abs(g1 - g0).max() <= 1e-12 * np.abs(g0).max()
     assert np.abs(g0).max() > 0
+
+
+def test_the_graph_is_freed_with_its_outputs():
+    """The Function's context holds its intermediates, never its outputs (a returned tensor held by ctx is a reference
+    cycle through C++ that is never freed: every batch's activations would stay in memory)."""
+    import gc
+    import weakref
+
+    for out in ("identity", "tanh"):
+        nn, layers = _net([3, 8, 8, 2], ["tanh", "tanh", out])
+        flat = [t.clone().requires_grad_(True) for pair in layers for t in pair]
+        X = torch.randn(5, 3, dtype=F64, requires_grad=True)
+        y, G = mlp_torch(nn, [(flat[0], flat[1]), (flat[2], flat[3]), (flat[4], flat[5])], X, True)
+        ref = weakref.ref(G.grad_fn)
+        ((G * G).sum() + y.sum()).backward()
+        del y, G
+        gc.collect()
+        assert ref() is None, out
