@@ -24,8 +24,10 @@ A(x)·w = b(x), the report columns, the outputs) to torch, batched over a leadin
 Weights use pdsl's flat layout (per layer W column-major, fan_out × fan_in, then b), so a
 parameter vector of the CasADi backend is a parameter vector here, and the two backends agree to
 round-off (``tests/fit/test_torch_backend.py``). Float64 on the CPU by default; ``dtype`` and
-``device`` choose float32 and/or CUDA. The generated C core is CPU code in double: with float32 on
-the CPU the networks run in float32 around it (mixed precision); on a GPU the rhs runs on the tape.
+``device`` choose float32 and/or CUDA. The generated C core is CPU code, generated in double and, for
+float32 on the CPU, once more in float (every operation in the batch's precision, as a float32 torch
+model; a failed float build falls back to float32 networks around the double core); on a GPU the rhs
+runs on the tape.
 """
 
 from __future__ import annotations
@@ -611,14 +613,14 @@ class TorchSystem:
     def rhs(self, t, x: torch.Tensor, bound: Bound, u: torch.Tensor | None = None) -> torch.Tensor:
         if self._core is not None:
             dt = x.dtype
-            if dt == torch.float64:
+            if dt == torch.float64 or self._core.supports(dt):  # float32: the core generated in float
                 mlp = mlp_torch
                 if bound.masks:
                     def mlp(nn, layers, X, jac, rows=None):
                         return mlp_torch(nn, layers, X, jac, rows, masks=bound.masks.get(nn.name))
-                return self._core.rhs(_column(t, x.shape[0]), x, bound, u, mlp)
-            # mixed precision: the networks (the matrix products) in the batch's dtype, the compiled scalar
-            # glue around them in float64 (its C code is double); casts are differentiable
+                return self._core.rhs(_column(t, x.shape[0], x).to(dt), x, bound, u, mlp)
+            # mixed precision (a core without a library in dt): the networks (the matrix products) in the batch's
+            # dtype, the compiled scalar glue around them in float64; casts are differentiable
             def mlp(nn, layers, X, jac, rows=None):
                 y, J = mlp_torch(nn, layers, X.to(dt), jac, rows, masks=bound.masks.get(nn.name) if bound.masks else None)
                 return y.double(), None if J is None else J.double()

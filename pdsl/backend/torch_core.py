@@ -30,6 +30,10 @@ or in a cache directory others can write (refused, one warning), is never loaded
 (``--no-cache``, ``PDSL_NO_CACHE=1``, a library call, a refused directory) it is built privately and
 kept for this process only; nothing in the cache directory is read or written.
 
+The C is generated in double; a float32 evaluation (``pdsl fit --dtype float32``) generates the same
+functions once more with ``casadi_real`` float, in a library of its own built on first use
+(:meth:`CompiledCore.supports`), so that every operation runs in the batch's precision.
+
 No compiler, a network whose inputs depend on another network's outputs, or a failed build:
 :func:`build_core` returns None and the backend keeps the plain torch tape.
 """
@@ -176,7 +180,7 @@ class _CFun:
         self.sizes_out = [f.nnz_out(j) for j in range(f.n_out())]
         self.strides_in = [0 if i in shared_in else n for i, n in enumerate(self.sizes_in)]
         self.strides_out = [0 if j in summed_out else n for j, n in enumerate(self.sizes_out)]
-        self.fn = None
+        self.fns: dict = {}  # torch dtype -> the C function of that precision
 
     def driver(self) -> str:
         f = self.f
@@ -188,28 +192,34 @@ class _CFun:
             tmp_size=sum(n for j, n in enumerate(self.sizes_out) if self.strides_out[j] == 0),
         )
 
-    def bind(self, lib) -> None:
+    def bind(self, lib, dtype: torch.dtype = torch.float64) -> None:
         fn = getattr(lib, f"pdsl_map_{self.name}")
         fn.argtypes = [ctypes.c_longlong, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p)]
         fn.restype = ctypes.c_int
-        self.fn = fn
+        self.fns[dtype] = fn
 
-    def __call__(self, B: int, inputs: list, outputs: list) -> None:
-        """inputs/outputs: contiguous float64 tensors (None or empty: no data)."""
+    def __call__(self, B: int, inputs: list, outputs: list, dtype: torch.dtype = torch.float64) -> None:
+        """inputs/outputs: contiguous CPU tensors of ``dtype`` (float64, or float32 once built; None or empty: no data)."""
         A = (ctypes.c_void_p * max(len(inputs), 1))(*[a.data_ptr() if a is not None and a.numel() else None for a in inputs])
         R = (ctypes.c_void_p * max(len(outputs), 1))(*[r.data_ptr() if r is not None and r.numel() else None for r in outputs])
-        if self.fn(B, A, R):
+        if self.fns[dtype](B, A, R):
             raise RuntimeError(f"{self.name}: evaluation failed")
 
 
-def _compile(funs: list[_CFun], tag: str) -> ctypes.CDLL:
-    cg = ca.CodeGenerator(f"pdsl_core_{tag}.c", {"with_header": False, "casadi_real": "double", "casadi_int": "long long"})
+C_REAL = {torch.float64: "double", torch.float32: "float"}  # the precisions the core is generated in
+
+
+def _compile(funs: list[_CFun], tag: str, dtype: torch.dtype = torch.float64) -> ctypes.CDLL:
+    """The functions generated with ``casadi_real`` of ``dtype`` (one library per precision; float: every
+    intermediate stored in single precision, as a float32 torch evaluation of the same operations)."""
+    cg = ca.CodeGenerator(f"pdsl_core_{tag}.c", {"with_header": False, "casadi_real": C_REAL[dtype],
+                                                 "casadi_int": "long long"})
     for cf in funs:
         cg.add(cf.f)
     source = "#include <stdlib.h>\n" + cg.dump() + "".join(cf.driver() for cf in funs)
     lib = _library(source)
     for cf in funs:
-        cf.bind(lib)
+        cf.bind(lib, dtype)
     return lib
 
 
@@ -220,8 +230,9 @@ class _Apply(torch.autograd.Function):
     @staticmethod
     def forward(ctx, fwd: _CFun, rev: _CFun, diff: tuple, B: int, *inputs):
         arrays = [a.detach().contiguous() for a in inputs]
-        out = torch.empty(B, fwd.sizes_out[0], dtype=DTYPE)
-        fwd(B, arrays, [out])
+        dtype = arrays[1].dtype  # the state's
+        out = torch.empty(B, fwd.sizes_out[0], dtype=dtype)
+        fwd(B, arrays, [out], dtype)
         ctx.fwd, ctx.rev, ctx.diff, ctx.B = fwd, rev, diff, B
         ctx.save_for_backward(*arrays)
         return out
@@ -230,11 +241,12 @@ class _Apply(torch.autograd.Function):
     def backward(ctx, grad):
         arrays = ctx.saved_tensors
         B, rev = ctx.B, ctx.rev
+        dtype = arrays[1].dtype
         adj = []
         for j, i in enumerate(ctx.diff):
             n = rev.sizes_out[j]
-            adj.append(torch.zeros(n, dtype=DTYPE) if rev.strides_out[j] == 0 else torch.empty(B, n, dtype=DTYPE))
-        rev(B, [*arrays, grad.contiguous()], adj)
+            adj.append(torch.zeros(n, dtype=dtype) if rev.strides_out[j] == 0 else torch.empty(B, n, dtype=dtype))
+        rev(B, [*arrays, grad.to(dtype).contiguous()], adj, dtype)
         grads = [None] * len(arrays)
         for a, i in zip(adj, ctx.diff):
             if ctx.needs_input_grad[4 + i]:
@@ -245,18 +257,35 @@ class _Apply(torch.autograd.Function):
 class CompiledCore:
     """``rhs(t, x, bound, u)`` with the symbolic part in generated C and the networks in torch."""
 
-    def __init__(self, calls: list[_Call], funs: dict, n_phys: int, nx: int):
-        self.calls, self.funs, self.n_phys, self.nx = calls, funs, n_phys, nx
+    def __init__(self, calls: list[_Call], funs: dict, n_phys: int, nx: int, tag: str = ""):
+        self.calls, self.funs, self.n_phys, self.nx, self.tag = calls, funs, n_phys, nx, tag
+        self._built = {torch.float64: True}  # dtype -> the library of that precision is loaded (False: failed)
         offs, k = [], 0
         for c in calls:
             offs.append(k)
             k += c.nn.n_in
         self.in_offsets = offs
 
+    def supports(self, dtype: torch.dtype) -> bool:
+        """Whether the core runs in ``dtype`` (float32: its library generated and built on first use)."""
+        ok = self._built.get(dtype)
+        if ok is None:
+            ok = False
+            if dtype in C_REAL:
+                try:
+                    _compile(list(self.funs.values()), self.tag, dtype)
+                    ok = True
+                except (OSError, subprocess.SubprocessError, RuntimeError):
+                    ok = False
+            self._built[dtype] = ok
+        return ok
+
     def rhs(self, t: torch.Tensor, x: torch.Tensor, bound, u: torch.Tensor | None, mlp) -> torch.Tensor:
+        """ẋ (B, nx) in x's dtype (float64, or float32 where :meth:`supports` it); t, p, u in the same dtype."""
         B = x.shape[0]
+        dt = x.dtype
         p = bound.p[: self.n_phys]
-        u = torch.zeros(B, 0, dtype=DTYPE) if u is None else u
+        u = torch.zeros(B, 0, dtype=dt) if u is None else u
         t = t.expand(B) if t.dim() == 0 else t
         ys, Js = [], []
         if self.calls:
@@ -267,8 +296,8 @@ class CompiledCore:
                 ys.append(y)
                 if c.jacobian:
                     Js.append(J.reshape(B, -1))
-        Y = torch.cat(ys, 1) if ys else torch.zeros(B, 0, dtype=DTYPE)
-        J = torch.cat(Js, 1) if Js else torch.zeros(B, 0, dtype=DTYPE)
+        Y = torch.cat(ys, 1) if ys else torch.zeros(B, 0, dtype=dt)
+        J = torch.cat(Js, 1) if Js else torch.zeros(B, 0, dtype=dt)
         return _Apply.apply(self.funs["out"], self.funs["out_rev"], (1, 2, 4, 5), B, t, x, p, u, Y, J)
 
 
@@ -320,4 +349,4 @@ def build_core(system: SymbolicSystem, nets: dict, laws: dict) -> CompiledCore |
         _compile(list(funs.values()), tag)
     except (OSError, subprocess.SubprocessError, RuntimeError):  # a failed build: the tape instead
         return None
-    return CompiledCore(registry, funs, len(system.params), len(system.states))
+    return CompiledCore(registry, funs, len(system.params), len(system.states), tag)
