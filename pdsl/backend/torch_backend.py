@@ -79,6 +79,7 @@ class Bound:
     phys: tuple
     layers: dict
     masks: dict | None = None  # network name -> dropout masks per hidden layer (training only)
+    p_phys: torch.Tensor | None = None  # p[:n_phys], sliced once (the compiled core's parameter input)
 
 
 # ---------------------------------------------------------------- the tape
@@ -575,7 +576,7 @@ class TorchSystem:
             size = n_weights(nn)
             layers[nn.name] = _layers(nn, p[off : off + size])
             off += size
-        return Bound(p, phys, layers, masks)
+        return Bound(p, phys, layers, masks, p[: self.n_phys])
 
     def dropout_masks(self, rate, B: int, generator: torch.Generator) -> dict:
         """Inverted-dropout masks for a batch of B: per network, per hidden layer, entries 0 with

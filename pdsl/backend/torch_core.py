@@ -284,21 +284,29 @@ class CompiledCore:
         """ẋ (B, nx) in x's dtype (float64, or float32 where :meth:`supports` it); t, p, u in the same dtype."""
         B = x.shape[0]
         dt = x.dtype
-        p = bound.p[: self.n_phys]
+        p = bound.p[: self.n_phys] if getattr(bound, "p_phys", None) is None else bound.p_phys  # sliced once per bind
         u = torch.zeros(B, 0, dtype=dt) if u is None else u
         t = t.expand(B) if t.dim() == 0 else t
         ys, Js = [], []
         if self.calls:
             ins = _Apply.apply(self.funs["in"], self.funs["in_rev"], (1, 2), B, t, x, p, u)
             for c, off in zip(self.calls, self.in_offsets):
-                y, J = mlp(c.nn, bound.layers[c.nn.name], ins[:, off : off + c.nn.n_in], c.jacobian,
+                X = ins if c.nn.n_in == ins.shape[1] else ins[:, off : off + c.nn.n_in]
+                y, J = mlp(c.nn, bound.layers[c.nn.name], X, c.jacobian,
                            rows=None if len(c.rows) == c.nn.n_out else sorted(c.rows))
                 ys.append(y)
                 if c.jacobian:
                     Js.append(J.reshape(B, -1))
-        Y = torch.cat(ys, 1) if ys else torch.zeros(B, 0, dtype=dt)
-        J = torch.cat(Js, 1) if Js else torch.zeros(B, 0, dtype=dt)
+        Y = _join(ys, B, dt)
+        J = _join(Js, B, dt)
         return _Apply.apply(self.funs["out"], self.funs["out_rev"], (1, 2, 4, 5), B, t, x, p, u, Y, J)
+
+
+def _join(parts: list, B: int, dtype) -> torch.Tensor:
+    """The columns of ``parts`` side by side (one part: itself, no copy)."""
+    if not parts:
+        return torch.zeros(B, 0, dtype=dtype)
+    return parts[0] if len(parts) == 1 else torch.cat(parts, 1)
 
 
 def build_core(system: SymbolicSystem, nets: dict, laws: dict) -> CompiledCore | None:

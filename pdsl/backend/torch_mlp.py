@@ -179,11 +179,12 @@ class MLPValueJacobian(torch.autograd.Function):
         h = X
         for j in range(L):
             z = torch.addmm(bs[j], h, Wts[j])
-            a = ACT[acts[j]](z)
             m = masks[j] if masks is not None and j < L - 1 else None
-            if acts[j] == "tanh" and m is None:
-                d, slope = None, _Slope(a, None)
+            if acts[j] == "tanh" and m is None:  # a = tanh(z) in place: z is not needed again (σ'' from a)
+                a = z.tanh_()
+                z, d, slope = None, None, _Slope(a, None)
             else:
+                a = ACT[acts[j]](z)
                 d = None if DACT[acts[j]] is None else DACT[acts[j]](z, a)
                 slope = _Slope(None, d if m is None else (m if d is None else d * m))
             h = a if m is None else a * m
