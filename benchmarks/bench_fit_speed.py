@@ -204,7 +204,8 @@ def profile_split(fn) -> dict:
     for ev in prof.key_averages():
         t = ev.self_cpu_time_total / 1e6
         calls += ev.count
-        if ev.key in ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul"):
+        if ev.key in ("aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::mv",
+                      "aten::addmv", "aten::addmv_"):
             blas += t
         else:
             other += t
