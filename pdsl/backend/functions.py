@@ -244,7 +244,10 @@ def to_casadi(system: SymbolicSystem, *, seed: int = 0, kind: str | None = None)
     if system.energy is not None:
         E = c(system.energy)
         energy = ca.Function("energy", [t, x, p, u], [E], ["t", "x", "p", "u"], ["E"])
-        dE = ca.jtimes(E, x, xdot) + ca.jacobian(E, t) if nx else ca.jacobian(E, t)
+        if system.conservative:  # dE/dt ≡ 0 by the formalism (Noether), not ∇E·ẋ evaluated to roundoff
+            dE = T.zeros(1, 1)
+        else:
+            dE = ca.jtimes(E, x, xdot) + ca.jacobian(E, t) if nx else ca.jacobian(E, t)
         power = ca.Function("power", [t, x, z, p, u], [dE], io["input_names"], ["dEdt"])
     y = ca.vertcat(*[c(o.expr) for o in system.outputs]) if system.outputs else T(0, 1)
     outputs = ca.Function("outputs", [t, x, z, p, u], [y], io["input_names"], ["y"])

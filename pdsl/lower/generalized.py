@@ -129,7 +129,24 @@ def lower_lagrangian(model: Model) -> SymbolicSystem:
         constraints=tuple(holonomic),
         span=model.span,
         kinetic=tuple(s.name for s in vel_states),
+        conservative=conserves_energy(model, L),
     )
+
+
+# pieces whose derivative the Euler–Lagrange rows do not see as a smooth flow (a switch, a kink): left to the numeric dE/dt
+_NON_SMOOTH = (sp.Piecewise, sp.Heaviside, sp.DiracDelta, sp.sign, sp.Abs, sp.Min, sp.Max, sp.floor, sp.ceiling)
+
+
+def conserves_energy(model: Model, expr: sp.Expr) -> bool:
+    """Whether E (the Jacobi integral q̇·∂L/∂q̇ − L, or H) is constant along every solution by Noether's theorem: the
+    Lagrangian or Hamiltonian ``expr`` does not depend on t, directly or through an input, is smooth, and nothing else
+    acts (no generalized forces, constraints or events). Then dE/dt is the constant 0 (``SymbolicSystem.conservative``)
+    rather than ∇E·ẋ evaluated to roundoff."""
+    if model.generalized_forces or model.constraints or model.events:
+        return False
+    if expr.has(S.TIME) or any(expr.has(u.symbol) for u in model.inputs):
+        return False
+    return not expr.has(*_NON_SMOOTH)
 
 
 def model_symbols(model: Model):
@@ -207,6 +224,7 @@ def lower_hamiltonian(model: Model) -> SymbolicSystem:
         constraints=(),
         span=model.span,
         kinetic=tuple(s.name for s in p_states),
+        conservative=conserves_energy(model, H),
     )
 
 

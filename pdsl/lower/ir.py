@@ -298,6 +298,9 @@ class SymbolicSystem:
     # are read off the terms (readoff_linear) instead of differentiating each row by each unknown (a composite
     # slider-crank with 77 unknowns: 12–16 s -> 0.02 s, the same A and b)
     readoff: bool = False
+    # dE/dt ≡ 0 by the formalism's construction (Noether: an autonomous Lagrangian or Hamiltonian, nothing else acting;
+    # pdsl.lower.generalized.conserves_energy): ``power`` is the constant 0 and ∫ power dt is 0, never integrated
+    conservative: bool = False
     # the model's picture (`draw point`, `draw line`; LANGUAGE.md §13), expressions of the states: read by animations,
     # snapshots and structure plots only (pdsl.sim.drawing), beside the bodies and segments that draw themselves
     drawn_points: tuple[DrawnPoint, ...] = ()

@@ -257,7 +257,11 @@ def simulate(
             raise PdslError.at("BadOption", f"--max-events and --event-rows apply to a model with events (`when`); "
                                f"{num.system.name} has none")
         if power_integral and num.power is not None:
-            st.quad["want"] = True
+            if num.system.conservative:  # ∫ 0 dt: exact, nothing to integrate
+                st.quad.update(Q=[np.zeros(len(grid))], how="0: dE/dt ≡ 0 by the formalism (an autonomous "
+                               "Lagrangian or Hamiltonian, nothing else acting)")
+            else:
+                st.quad["want"] = True
         (X, Z), = _integrate(num, grid, x_init[None, :], st)
     res = _result(num, grid, X, Z, st.p, st.inputs, {**info, **_describe(st)}, st.rhs)
     if st.quad.get("Q"):
