@@ -195,7 +195,7 @@ def test_chnn_chunk_loss_and_gradient_equal_the_plain_operations(core, dropout, 
         th = loss.tensor(theta).clone().requires_grad_(True)
         L = loss.objective(th, chunks, dropout_key=(0, 1, 2) if dropout else None)
         (g,) = torch.autograd.grad(L, th)
-        return float(L), g.numpy()
+        return float(L.detach()), g.numpy()
 
     L1, g1 = value_grad()
     monkeypatch.setattr(torch_backend, "mlp_torch", _reference_mlp)
