@@ -69,6 +69,9 @@ class NumericSystem:
     # diagnosis reads (a solution chattering on s = 0)
     switching: ca.Function | None = None
     switching_names: tuple[str, ...] = ()
+    # dE/dt ≡ 0 by the formalism (SymbolicSystem.conservative): ``power`` is the constant 0, ∫ power dt is 0 (read
+    # without the symbolic system, which a cached run never loads)
+    conservative: bool = False
 
     @property
     def nx(self) -> int:
@@ -310,4 +313,5 @@ def to_casadi(system: SymbolicSystem, *, seed: int = 0, kind: str | None = None)
         dae_modes=dae_modes,
         switches=switches,
         balances=balances,
+        conservative=bool(system.conservative),
     )

@@ -257,7 +257,7 @@ def simulate(
             raise PdslError.at("BadOption", f"--max-events and --event-rows apply to a model with events (`when`); "
                                f"{num.system.name} has none")
         if power_integral and num.power is not None:
-            if num.system.conservative:  # ∫ 0 dt: exact, nothing to integrate
+            if num.conservative:  # ∫ 0 dt: exact, nothing to integrate
                 st.quad.update(Q=[np.zeros(len(grid))], how="0: dE/dt ≡ 0 by the formalism (an autonomous "
                                "Lagrangian or Hamiltonian, nothing else acting)")
             else:
