@@ -35,7 +35,7 @@ def _numeric_power(num):
 @pytest.mark.parametrize("name", FLAGGED)
 def test_flagged_models_have_zero_numeric_power(name):
     num = compile_model(MODELS / f"{name}.phm", cache=False).numeric
-    assert num.system.conservative
+    assert num.system.conservative and num.conservative
     dE = _numeric_power(num)
     rng = np.random.default_rng(36)
     x0 = np.asarray(num.x_start, dtype=float)
@@ -68,8 +68,8 @@ NOT_CONSERVATIVE = {
 @pytest.mark.parametrize("case", sorted(NOT_CONSERVATIVE))
 def test_energy_flows_are_not_flagged(case):
     text = f'model M "{case}"\n{NOT_CONSERVATIVE[case]}end\n'
-    system = compile_model("m.phm", text=text, cache=False).system
-    assert not system.conservative
+    compiled = compile_model("m.phm", text=text, cache=False)
+    assert not compiled.system.conservative and not compiled.numeric.conservative
 
 
 def test_a_conservative_model_with_a_constraint_is_left_to_the_numeric_power():
