@@ -461,6 +461,8 @@ class TorchSystem:
             if self._core is None and core == "c":
                 raise PdslError.at("NotYetSupported", f"{system.name}: no compiled core (no C compiler, or networks "
                                    "fed by networks)", system.span)
+            if self._core is not None and dtype != torch.float64:
+                self._core.supports(dtype)  # its library of this precision built now, with the model, not mid-training
         self._rhs_tape = None
         self._report = self._program([e for _, e in columns])
         self._outputs = self._program([o.expr for o in system.outputs])
