@@ -200,12 +200,13 @@ class _CFun:
 
     def __call__(self, B: int, inputs: list, outputs: list, dtype: torch.dtype = torch.float64) -> None:
         """inputs/outputs: contiguous CPU tensors of ``dtype`` (float64, or float32 once built; None or empty: no data)."""
-        A = (ctypes.c_void_p * max(len(inputs), 1))(*[a.data_ptr() if a is not None and a.numel() else None for a in inputs])
-        R = (ctypes.c_void_p * max(len(outputs), 1))(*[r.data_ptr() if r is not None and r.numel() else None for r in outputs])
+        A = _PTRS[len(inputs)](*[a.data_ptr() if a is not None and a.numel() else None for a in inputs])
+        R = _PTRS[len(outputs)](*[r.data_ptr() if r is not None and r.numel() else None for r in outputs])
         if self.fns[dtype](B, A, R):
             raise RuntimeError(f"{self.name}: evaluation failed")
 
 
+_PTRS = [ctypes.c_void_p * max(n, 1) for n in range(64)]  # pointer-array types by length (made once)
 C_REAL = {torch.float64: "double", torch.float32: "float"}  # the precisions the core is generated in
 
 
@@ -229,7 +230,7 @@ class _Apply(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, fwd: _CFun, rev: _CFun, diff: tuple, B: int, *inputs):
-        arrays = [a.detach().contiguous() for a in inputs]
+        arrays = [a if a.is_contiguous() else a.contiguous() for a in inputs]  # saved as they are: version-checked
         dtype = arrays[1].dtype  # the state's
         out = torch.empty(B, fwd.sizes_out[0], dtype=dtype)
         fwd(B, arrays, [out], dtype)
