@@ -9,7 +9,7 @@ per right-hand side and batch X (B, n_in),
 (R: the output rows whose gradient is used, s_j = σ_j'(z_j) · m_j the slopes, m_j the dropout
 masks, u = σ'_{L-1}(z_{L-1})[:, R] for a non-linear output layer). Training differentiates the
 loss through G, i.e. through this backpropagation: left to autograd, each of its operations
-records a node and the backward pass replays ~3× as many operations on the tape. Here the
+records a node, and the backward pass differentiates each of them in turn. Here the
 whole network is ONE ``torch.autograd.Function`` whose backward is written out: given the
 cotangents ȳ, Ḡ it runs
 
