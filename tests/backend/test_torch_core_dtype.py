@@ -75,3 +75,31 @@ def test_float32_core_equals_the_float32_tape(monkeypatch):
         assert ts.core == core
         res[core] = ts.rhs(t, x, ts.bind(p)).double().numpy()
     np.testing.assert_allclose(res["c"], res["tape"], rtol=0, atol=5e-5 * np.abs(res["tape"]).max())
+
+
+def test_a_failed_float_build_falls_back_to_the_mixed_path(monkeypatch):
+    """No float library (its build fails): float32 networks around the double core, still float32 out, same values."""
+    import pdsl.backend.torch_core as tc
+
+    monkeypatch.setenv("PDSL_TORCH_CORE", "c")
+    c = compile_model("m.phm", text=CHNN, seed=3)
+    rng = np.random.default_rng(2)
+    B = 8
+    x = torch.tensor(_states(c.numeric, B, rng), dtype=torch.float32)
+    t = torch.tensor(rng.standard_normal(B), dtype=torch.float32)
+    p = torch.tensor(c.numeric.p_default, dtype=torch.float32)
+    good = TorchSystem(c.system, dtype=torch.float32)
+    ref = good.rhs(t, x, good.bind(p))
+    real = tc._compile
+
+    def failing(funs, tag, dtype=torch.float64):
+        if dtype != torch.float64:
+            raise OSError("no float build here")
+        return real(funs, tag, dtype)
+
+    monkeypatch.setattr(tc, "_compile", failing)
+    ts = TorchSystem(c.system, dtype=torch.float32)
+    assert ts.core == "c" and ts._core._built[torch.float32] is False
+    out = ts.rhs(t, x, ts.bind(p))
+    assert out.dtype == torch.float32
+    np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=0, atol=5e-5 * float(ref.abs().max()))
