@@ -1,9 +1,7 @@
 """Bodies, joints, links, sliders, springs and dampers, gravity, potentials and forces, kinematic
 ports and ties, and the Lie group of a model's coordinates (LANGUAGE.md §3, §6).
 
-A part of the resolver (:class:`pdsl.resolve.resolver._Resolver` mixes it in): its methods use the
-resolver's state and core methods (scope, bindings, declarations) through ``self``; statements reach them
-through the one dispatch table in pdsl.resolve.resolver."""
+A mixin of :class:`pdsl.resolve.resolver._Resolver` (state and core methods through ``self``; see its STATEMENTS table)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """Plain statements: equations, constraints, `when` events and the model's one Lagrangian or
 Hamiltonian (LANGUAGE.md §2, §4, §11).
 
-A part of the resolver (:class:`pdsl.resolve.resolver._Resolver` mixes it in): its methods use the
-resolver's state and core methods (scope, bindings, declarations) through ``self``; statements reach them
-through the one dispatch table in pdsl.resolve.resolver."""
+A mixin of :class:`pdsl.resolve.resolver._Resolver` (state and core methods through ``self``; see its STATEMENTS table)."""
 
 from __future__ import annotations
 
