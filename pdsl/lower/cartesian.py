@@ -63,6 +63,7 @@ from .common import (
     check_finite,
     check_no_unsupported,
     make_state,
+    outputs_in_state,
     partial_derivatives,
     resolve_input_laws,
 )
@@ -1090,22 +1091,11 @@ def _lower(model: Model, options: LowerOptions) -> SymbolicSystem:
     report = velocity_report(system, positions) if options.formulation == "hamiltonian" else ()
     kinetic = tuple(s.name for s in system.states if s.symbol not in positions)  # velocities or momenta
     velocity = _velocity_invariants(model, system, positions)
-    outputs = _outputs_in_state(system, positions)
+    outputs = outputs_in_state(system, positions)
     return replace(system, invariants=derived_invariants(system, positions, velocity), report=report, kinetic=kinetic,
                    outputs=outputs)
 
 
-def _outputs_in_state(system: SymbolicSystem, positions):
-    """Outputs that use body velocities (``s.rate`` of a named slider or joint, ``b.vx``): der(x) becomes ẋ in the
-    state (v, or M⁻¹p)."""
-    from dataclasses import replace
-
-    from .common import position_rates
-
-    if not any(S.is_der(x) for o in system.outputs for x in S.as_expr(o.expr).free_symbols):
-        return system.outputs
-    rates = {S.der(x): e for x, e in position_rates(system, positions).items()}
-    return tuple(replace(o, expr=S.as_expr(o.expr).xreplace(rates)) for o in system.outputs)
 
 
 def _velocity_invariants(model: Model, system: SymbolicSystem, positions) -> tuple[Constraint, ...]:

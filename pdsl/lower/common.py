@@ -163,6 +163,17 @@ def position_rates(system: SymbolicSystem, positions) -> dict[sp.Symbol, sp.Expr
     return out
 
 
+def outputs_in_state(system: SymbolicSystem, positions) -> tuple:
+    """The outputs with der(x) of a position replaced by ẋ in the state (v, or ∂H/∂p, or M⁻¹p), read off the
+    system's explicit rows (:func:`position_rates`): outputs are functions of (t, x, p, u)."""
+    from dataclasses import replace
+
+    if not any(S.is_der(x) for o in system.outputs for x in S.as_expr(o.expr).free_symbols):
+        return system.outputs
+    rates = {S.der(x): e for x, e in position_rates(system, positions).items()}
+    return tuple(replace(o, expr=S.as_expr(o.expr).xreplace(rates)) for o in system.outputs)
+
+
 def partial_derivatives(expr: sp.Expr, symbols) -> dict[sp.Symbol, sp.Expr]:
     """∂expr/∂s for the given symbols that occur in expr (non-zero ones only).
 

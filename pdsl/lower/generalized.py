@@ -6,6 +6,8 @@ inverted symbolically; the numeric backend solves it.
 
 from __future__ import annotations
 
+import dataclasses
+
 import sympy as sp
 
 from .. import symbols as S
@@ -20,6 +22,7 @@ from .common import (
     check_symbols,
     derived_invariants,
     make_state,
+    outputs_in_state,
     resolve_input_laws,
 )
 from .group_frames import group_relations
@@ -205,7 +208,7 @@ def lower_hamiltonian(model: Model) -> SymbolicSystem:
         rows.append(
             Equation(lhs=ps.rate, rhs=-derivative(H, qs.symbol) + Q[qs.symbol], origin=span, label=f"−∂H/∂{qs.name}")
         )
-    return SymbolicSystem(
+    system = SymbolicSystem(
         name=model.name,
         doc=model.doc,
         path=model.path,
@@ -226,6 +229,8 @@ def lower_hamiltonian(model: Model) -> SymbolicSystem:
         kinetic=tuple(s.name for s in p_states),
         conservative=conserves_energy(model, H),
     )
+    # an output may read der(q) = ∂H/∂p and der(p) = −∂H/∂q + Q: Hamilton's rows are explicit
+    return dataclasses.replace(system, outputs=outputs_in_state(system, {s.symbol for s in system.states}))
 
 
 def _lower_lagrangian(model: Model, options: LowerOptions) -> SymbolicSystem:

@@ -103,6 +103,31 @@ def test_hamiltonian_start_values_and_energy():
         assert abs(E - energies[name]) <= 1e-14, (name, E)
 
 
+def test_hamiltonian_output_reads_der_q_as_dh_dp():
+    """`output w = der(q)` in Hamilton's form is ∂H/∂p at the state (it was an internal error: der(q) is no state
+    there); checked against the hand-derived q̇ of the double pendulum's closed form F.2 (A3.1)."""
+    text = """
+model DoublePendulumH
+  param m1 = 1.1722, m2 = 1.0391, l1 = 1.0359, l2 = 1.0822, g = 9.81
+  coord q1, q2
+  momentum p1, p2
+  hamiltonian ((m2*l2^2*p1^2 + (m1 + m2)*l1^2*p2^2 - 2*m2*l1*l2*p1*p2*cos(q1 - q2))
+    / (2*m2*l1^2*l2^2*(m1 + m2*sin(q1 - q2)^2)) - (m1 + m2)*g*l1*cos(q1) - m2*g*l2*cos(q2))
+  output w1 = der(q1)
+  output w2 = der(q2)
+  output f2 = der(p2)
+end
+"""
+    num = compile_model("double_pendulum_h.phm", text=text).numeric
+    m, l, g = (1.1722, 1.0391), (1.0359, 1.0822), 9.81
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        x = rng.normal(size=4) * [1, 1, 3, 3]
+        y = np.asarray(num.outputs(0, x, [], num.p_default, [])).ravel()
+        qdot, pdot = closed_form_f2(x[:2], x[2:], m, l, g)
+        np.testing.assert_allclose(y, [*qdot, pdot[1]], rtol=1e-12, atol=1e-12)
+
+
 # ---------------------------------------------------------------- double pendulum (A3.1, N = 2)
 def closed_form_f2(q, p, m, l, g):
     """A3.1 F.2, the corrected (VERIFIED) form: (q_dot, p_dot) from (q, p)."""
