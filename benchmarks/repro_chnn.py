@@ -164,12 +164,12 @@ def _checkpoint_epoch(out: Path) -> int:
 
 
 def fit(work: Path, kind: str, N: int, hidden: int, epochs: int, train_csv: Path, seed: int, lr: float,
-        deadline: float = float("inf"), dtype: str = "float64", per_call: int = 50) -> dict:
+        deadline: float = float("inf"), dtype: str = "float64", per_call: int = 50, warmup: int = 0) -> dict:
     """Train (resumably, ``per_call`` epochs per `pdsl fit` call); past ``deadline`` the fit stops at an
     epoch boundary and its outputs are written at the epoch reached (``partial``)."""
     out = work / f"fit_{kind}{N}"
     common = ["--const", f"H={hidden}", "--data", train_csv, "--val-fraction", 0, "--seed", seed, "--lr", lr, "--quiet",
-              "-o", out] + (["--dtype", dtype] if dtype != "float64" else [])
+              "-o", out] + (["--dtype", dtype] if dtype != "float64" else []) + (["--warmup", warmup] if warmup else [])
     done = _checkpoint_epoch(out)
     finished = (out / "params.json").is_file() and json.loads((out / "params.json").read_text())["epochs"] >= epochs
     t0 = time.perf_counter()
@@ -189,7 +189,7 @@ def fit(work: Path, kind: str, N: int, hidden: int, epochs: int, train_csv: Path
     hist = np.genfromtxt(out / "history.csv", delimiter=",", names=True)
     reached = int(params["epochs"])
     model_file = MODELS / f"{kind}{N}.phm"
-    return {"dir": out, "init": weight_init(kind, N), "model_sha256": sha256(model_file), "wall": float(np.sum(hist["seconds"])), "wall_this_call": time.perf_counter() - t0,
+    return {"dir": out, "init": weight_init(kind, N), "warmup": int(params.get("settings", {}).get("warmup") or 0), "model_sha256": sha256(model_file), "wall": float(np.sum(hist["seconds"])), "wall_this_call": time.perf_counter() - t0,
             "train_loss": params["train_loss"], "epochs": reached, "target_epochs": epochs, "partial": partial,
             "s_per_epoch": float(np.mean(hist["seconds"])), "params": params,
             "loss_at": {e: float(hist["train"][e - 1]) for e in sorted({1, max(1, reached // 10), max(1, reached // 2), reached})}}
@@ -261,11 +261,20 @@ def main(argv=None) -> int:
     ap.add_argument("--resume", action="store_true", help="continue the run in --work")
     ap.add_argument("--budget", type=float, default=None, help="seconds of training in this call; then partial results")
     ap.add_argument("--dtype", choices=("float64", "float32"), default="float64")
+    ap.add_argument("--warmup", nargs="*", metavar="KIND=EPOCHS", default=[],
+                    help="`pdsl fit --warmup EPOCHS` for that kind's fits (e.g. hnn=50: without it the HNN's softplus "
+                         "Cholesky diagonal of M⁻¹ dies in the first AdamW steps on the 2-pendulum; recorded by each fit)")
     ap.add_argument("--efficiency", nargs="*", metavar="KIND=N", default=None,
                     help="the data-efficiency triple (A7.3) on the 2-pendulum at full scale: each kind trained on its "
                          "own number of trajectories (default chnn=20 hnn=200 node=1600), one sub-run each in --work; "
                          "report results_chnn2_efficiency.md")
     args = ap.parse_args(argv)
+    warmups = {}
+    for item in args.warmup:
+        kind, _, n = item.partition("=")
+        if kind not in KINDS or not n.isdigit():
+            ap.error(f"--warmup {item!r}: expected KIND=EPOCHS with KIND one of {', '.join(KINDS)}")
+        warmups[kind] = int(n)
     if args.efficiency is not None:
         return efficiency(args, ap, argv)
     if args.full:
@@ -311,7 +320,8 @@ def main(argv=None) -> int:
             log(f"=== {N}-pendulum: {LABEL[kind]} ({hidden} wide, {epochs[kind]} epochs)")
             left = [(n, k) for n in args.systems for k in kinds][[(n, k) for n in args.systems for k in kinds].index((N, kind)):]
             share = time.time() + (deadline - time.time()) / len(left)  # the budget left, split over the fits left
-            f = fit(work, kind, N, hidden, epochs[kind], train_csv, args.seed, args.lr, share, args.dtype)
+            f = fit(work, kind, N, hidden, epochs[kind], train_csv, args.seed, args.lr, share, args.dtype,
+                    warmup=warmups.get(kind, 0))
             log(f"    trained in {f['wall']:.0f} s ({f['s_per_epoch']:.3g} s per epoch), final loss {f['train_loss']:.4g}")
             old = before.get(kind)
             if old and not f["partial"] and old["fit"].get("epochs") == f["epochs"] and not old["fit"].get("partial"):
@@ -366,6 +376,8 @@ def efficiency(args, ap, argv) -> int:
         sub = work / f"{kind}{n}"
         sub_argv = ["--quick" if args.quick else "--full", "--systems", "2", "--kinds", kind, "--n-train", str(n), "--dtype", args.dtype,
                     "--seed", str(args.seed), "--work", str(sub), "--out", str(sub / "results.md")]
+        if args.warmup:
+            sub_argv += ["--warmup", *args.warmup]
         if args.budget is not None:
             sub_argv += ["--budget", f"{max(1.0, (deadline - time.time()) / (len(sizes) - i)):.0f}"]
         if (sub / "results.json").is_file() or (sub / f"fit_{kind}2").is_dir():
@@ -506,7 +518,10 @@ def write_report(path: Path, results: dict, s: dict) -> None:
              "orthogonal (`torch.nn.init.orthogonal_`), every network"],
             ["epochs (" + " / ".join(LABEL[k] for k in s.get("kinds", KINDS)) + ")",
              " / ".join(str(e[k]) for k in s.get("kinds", KINDS)), "2000"],
-            ["optimiser", f"AdamW lr {s['lr']:g}, weight decay 1e-4, cosine to 0, minibatch 200", "same"],
+            ["optimiser", f"AdamW lr {s['lr']:g}, weight decay 1e-4, cosine to 0, minibatch 200"
+             + "".join(f"; {LABEL[k]} {N}: linear lr warm-up over {results[N][k]['fit']['warmup']} epochs (recorded by the fit)"
+                       for N in results for k in KINDS if k in results[N] and results[N][k]["fit"].get("warmup")),
+             "same, no warm-up"],
             ["loss", "L1 over the model's state columns, 4-step RK4 rollouts on the data grid (dt = 0.03)", "same"],
             ["test rollout", "RK4, 4 steps per sample (h = 0.0075), torch backend, from the first sample", "dopri5"],
             ["metric", "bounded relative error on the Cartesian (x, ẋ), geometric mean over t₁…t₉₉ (t = 0 excluded), "

@@ -93,6 +93,8 @@ def add_parsers(sub, common) -> None:
     g.add_argument("--window", choices=("chunks", "random"),
                    help="chunks (default: every disjoint chunk each epoch) | random (one random window per trajectory per epoch)")
     g.add_argument("--schedule", choices=("cosine", "plateau"), help="adamw learning rate: cosine (default) | plateau (ReduceLROnPlateau)")
+    g.add_argument("--warmup", type=integer, metavar="EPOCHS",
+                   help="adamw: linear learning-rate warm-up over EPOCHS epochs (lr·(k+1)/EPOCHS in epoch k), then the schedule (default 0)")
     g.add_argument("--patience", type=integer, help="plateau: epochs without improvement before the lr is reduced (default 10)")
     g.add_argument("--factor", type=finite_float, help="plateau: lr reduction factor (default 0.5)")
     g.add_argument("--dropout", type=finite_float, metavar="RATE",

@@ -86,6 +86,7 @@ class FitPlan:
     # cosine (BENCHMARKS A5) | plateau (ReduceLROnPlateau on the validation loss, BENCHMARKS B5)
     schedule: str = "cosine"
     patience: int = 10  # plateau: epochs without improvement before the lr is reduced (x factor)
+    warmup: int = 0  # adamw: the lr rises linearly over this many epochs (lr·(k+1)/warmup in epoch k), then the schedule
     factor: float = 0.5  # plateau: lr reduction factor
     early_stop: int | None = None  # stop when the validation loss has not improved for this many epochs
     dropout: float | None = None  # training only (torch backend): rate after every hidden layer; None: each mlp(dropout = …)
@@ -238,6 +239,8 @@ def check_training_options(cfg: FitPlan) -> None:
         raise PdslError.at("BadOption", f"--fpi-iters must be a positive integer, got {cfg.fpi_iters}")
     if cfg.fpi_tol is not None and not (math.isfinite(cfg.fpi_tol) and cfg.fpi_tol > 0):
         raise PdslError.at("BadOption", f"--fpi-tol must be a positive number, got {cfg.fpi_tol}")
+    if not isinstance(cfg.warmup, int) or isinstance(cfg.warmup, bool) or cfg.warmup < 0:
+        raise PdslError.at("BadOption", f"--warmup must be a non-negative integer (epochs), got {cfg.warmup!r}")
     if cfg.patience < 1 or cfg.early_stop is not None and cfg.early_stop < 1:
         raise PdslError.at("BadOption", "--patience and --early-stop must be positive integers")
     if cfg.dropout is not None and not (math.isfinite(cfg.dropout) and 0 <= cfg.dropout < 1):

@@ -531,10 +531,11 @@ def run_fit(model_path, model_name: str | None, cfg: FitConfig, out_dir: str | P
     c = run.cfg
     opts = TrainOptions(epochs=c.epochs, batch=c.batch, lr=c.lr, lr_min=c.lr_min, weight_decay=c.weight_decay,
                         seed=c.seed, tol=c.tol, stop_after=stop_after, progress=progress, schedule=c.schedule,
-                        patience=c.patience, factor=c.factor, early_stop=c.early_stop,
+                        patience=c.patience, factor=c.factor, early_stop=c.early_stop, warmup=c.warmup,
                         windows=_random_windows(run) if c.window == "random" else None)
-    if (c.window != "chunks" or c.schedule != "cosine" or c.early_stop or c.dropout) and c.method != "adamw":
-        raise PdslError.at("BadOption", "--window random, --schedule plateau, --early-stop and --dropout are adamw settings",
+    if (c.window != "chunks" or c.schedule != "cosine" or c.early_stop or c.dropout or c.warmup) and c.method != "adamw":
+        raise PdslError.at("BadOption", "--window random, --schedule plateau, --early-stop, --warmup and --dropout are "
+                           "adamw settings",
                            hint="use --method adamw")
     segments = make_segments(run.train, c.chunk) if c.shooting == "multiple" else None
     log(_banner(run, len(train_chunks), len(val_chunks), state.epoch, segments))
@@ -864,7 +865,8 @@ def _banner(run: FitRun, n_train: int, n_val: int, epoch: int, segments=None) ->
     return (f"{run.model.name}: fitting {what}{'; networks ' + nets if nets else ''}\n"
             f"  data {run.data.path}: {len(run.train.trajectories)} training / {len(run.val.trajectories)} validation "
             f"trajectories, {pieces} (dt {run.data.dt:g})\n"
-            f"  {c.method}, {c.loss} loss, {c.integrator} x{c.substeps}, {c.epochs} epochs{resumed}, "
+            f"  {c.method}, {c.loss} loss, {c.integrator} x{c.substeps}, {c.epochs} epochs"
+            f"{f' (lr warm-up over {c.warmup})' if c.warmup else ''}{resumed}, "
             f"{getattr(run.loss, 'backend', 'casadi')} backend"
             + ("" if c.start != "estimate" else "; chunk starts estimated"
                + (f" (unmeasured: {', '.join(run.data.latent)})" if run.data.latent else ""))

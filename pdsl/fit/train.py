@@ -49,6 +49,7 @@ class TrainOptions:
     schedule: str = "cosine"  # cosine | plateau (ReduceLROnPlateau on the validation loss)
     patience: int = 10
     factor: float = 0.5
+    warmup: int = 0  # epochs of linear warm-up: the schedule's lr times (epoch + 1)/warmup while epoch < warmup
     early_stop: int | None = None  # epochs without a better validation loss before stopping
     windows: Callable | None = None  # epoch -> the training Chunks of that epoch (random windows); None: fixed chunks
 
@@ -177,6 +178,14 @@ def cosine_lr(epoch: int, opts: TrainOptions) -> float:
     return opts.lr_min + (opts.lr - opts.lr_min) * (1 + math.cos(math.pi * epoch / opts.epochs)) / 2
 
 
+def warmup_factor(epoch: int, opts: TrainOptions) -> float:
+    """Linear warm-up (as ``LambdaLR(lambda k: min(1, (k + 1)/warmup))`` on top of the schedule): 1/warmup of the
+    schedule's lr in the first epoch, the full lr from epoch ``warmup - 1`` on; 1 without warm-up. A large first
+    Adam step moves every weight by about lr at once; networks with a saturating output (a softplus Cholesky
+    diagonal) can die in the first epoch without it (docs/fit.md)."""
+    return 1.0 if epoch >= opts.warmup else (epoch + 1) / opts.warmup
+
+
 def plateau_lr(state: State, monitor: float, opts: TrainOptions) -> float:
     """ReduceLROnPlateau (torch's defaults: mode min, relative threshold 1e-4) on ``monitor``,
     kept in ``state.extra`` so that a resumed run continues the same schedule; returns the lr of
@@ -271,6 +280,7 @@ def adamw(loss: ChunkLoss, train: Chunks, val: Chunks, state: State, opts: Train
                 lr = float(state.extra.get("plateau", {}).get("lr", opts.lr))
             else:
                 lr = cosine_lr(state.epoch, opts)
+            lr *= warmup_factor(state.epoch, opts)
             for group in opt.param_groups:
                 group["lr"] = lr
             if opts.windows is not None:

@@ -144,6 +144,26 @@ def test_cli_midpoint_protocol(tmp_path, hnn_files, capsys):
     assert params["settings"]["window"] == "random" and params["settings"]["schedule"] == "plateau"
 
 
+def test_cli_warmup_scales_the_first_epochs(tmp_path, hnn_files, capsys):
+    """--warmup W: epoch k runs at the schedule's lr times (k + 1)/W while k < W (the history's lr column), the
+    banner says so, and the fit records it (a resumed run continues the same schedule)."""
+    import math
+
+    model, data, _ = hnn_files
+    out = tmp_path / "fit"
+    rc = cli("fit", model, "--data", data, "-o", out, "--quiet", "--epochs", "6", "--batch", "4", "--lr", "0.01",
+             "--chunk", "3", "--val-fraction", "0", "--warmup", "4", "--stop-after", "2")
+    assert rc == 0 and "6 epochs (lr warm-up over 4)" in capsys.readouterr().out
+    rc = cli("fit", model, "--data", data, "-o", out, "--quiet", "--epochs", "6", "--batch", "4", "--lr", "0.01",
+             "--chunk", "3", "--val-fraction", "0", "--warmup", "4", "--resume")
+    assert rc == 0, capsys.readouterr().out
+    lr = np.genfromtxt(out / "history.csv", delimiter=",", names=True)["lr_or_damping"]
+    cosine = [0.01 * (1 + math.cos(math.pi * k / 6)) / 2 for k in range(6)]
+    expected = [c * min(1.0, (k + 1) / 4) for k, c in enumerate(cosine)]
+    np.testing.assert_allclose(lr, expected, rtol=1e-12)
+    assert json.loads((out / "params.json").read_text())["settings"]["warmup"] == 4
+
+
 @pytest.mark.parametrize("extra,msg", [
     (["--integrator", "midpoint", "--fpi-iters", "0"], "fpi-iters must be a positive integer"),
     (["--integrator", "midpoint", "--implicit-solver", "newton", "--gradient", "unrolled"], "not Newton"),
@@ -153,6 +173,8 @@ def test_cli_midpoint_protocol(tmp_path, hnn_files, capsys):
     (["--device", "cuda:7"], "no such CUDA device"),
     (["--method", "gauss-newton", "--schedule", "plateau"], "adamw settings"),
     (["--dropout", "1.5"], "--dropout must be in [0, 1)"),
+    (["--method", "gauss-newton", "--warmup", "3"], "adamw settings"),
+    (["--warmup", "-1"], "--warmup must be a non-negative integer"),
     (["--dropout", "0.2", "--backend", "casadi", "--method", "adamw"], "without dropout"),
 ])
 def test_cli_bad_options_exit_2(tmp_path, hnn_files, capsys, extra, msg):
