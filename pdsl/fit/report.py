@@ -150,7 +150,7 @@ def write_report(run, result, summary, out_dir: Path, final_dir: Path | None = N
            + (" (noise as stated)" if summary["misfit"]["noise_known"] else " (no --noise for every column: in data units)")]
           if summary.get("misfit") else []),
         f"- optimiser: {c.method}, {summary['epochs']} epochs" + (" (converged)" if summary["converged"] else "")
-        + (f", lr {c.lr:g} (cosine), weight decay {c.weight_decay:g}, batch {c.batch}" if c.method == "adamw" else ""),
+        + (f", lr {c.lr:g} ({c.schedule}{f', warm-up over {c.warmup} epochs' if c.warmup else ''}), weight decay {c.weight_decay:g}, batch {c.batch}" if c.method == "adamw" else ""),
         f"- time: {secs.sum():.1f} s in all, {secs.mean():.3g} s per epoch" if secs.size else "- time: –",
         f"- final loss: training {_fmt(summary['train_loss'])}, validation {_fmt(summary['val_loss'])}",
         "",
@@ -161,6 +161,8 @@ def write_report(run, result, summary, out_dir: Path, final_dir: Path | None = N
         lines += _identifiability_rows(summary)
         lines += _profile_rows(summary)
         lines += _residual_rows(summary)
+    if not summary.get("identifiability") and summary.get("notes"):  # e.g. a network fit whose training stalled
+        lines += ["## Notes", "", *[f"- {n}" for n in summary["notes"]], ""]
     if run.layout.networks:
         specs = {nn.name: nn for nn in run.num.system.neural}
         lines += ["## Networks", "", "| network | layers | activation | weights |", "|---|---|---|---|"]

@@ -578,6 +578,9 @@ def run_fit(model_path, model_name: str | None, cfg: FitConfig, out_dir: str | P
                     summary["stderr"][name] = None
         summary["misfit"] = misfit(run, result)
         summary["notes"] += diagnostics(run, result, summary)
+    stall = stall_note(run, result)
+    if stall:
+        summary["notes"] = [*(summary.get("notes") or ()), stall]
     if getattr(run, "_fallback", None):  # the default fit fell back on multiple shooting (said first), or tried it (last)
         notes = list(summary.get("notes") or ())
         summary["notes"] = [run._fallback, *notes] if run.cfg.shooting == "multiple" else [*notes, run._fallback]
@@ -646,6 +649,32 @@ def diagnostics(run: FitRun, result: Result, summary: dict) -> list[str]:
         notes.append("warning: the fit never left its start values: the data may not depend on the free parameters "
                      "there, or the first steps failed; try other start values (--param NAME=VALUE)")
     return notes
+
+
+_STALL = 0.05  # a network fit whose last training loss is above this fraction of its first epoch's may not have trained
+_STALL_EPOCHS = 50  # and only after this many epochs (a short fit may simply not be done)
+
+
+def training_stall(train: list[float]) -> tuple[float, float] | None:
+    """(first, last) training loss of an AdamW history whose last epoch is above :data:`_STALL` of its first, after
+    at least :data:`_STALL_EPOCHS` epochs; else None. Healthy network fits of this project end 1e-3–1e-2 of their
+    first epoch's (the CHNN/HNN/NODE studies); the stalled ones 0.14–0.19, or above the first (a dead output)."""
+    if len(train) < _STALL_EPOCHS or not (train[0] > 0 and np.isfinite(train[0]) and np.isfinite(train[-1])):
+        return None
+    return (float(train[0]), float(train[-1])) if train[-1] > _STALL * train[0] else None
+
+
+def stall_note(run: FitRun, result: Result) -> str | None:
+    """A finished AdamW fit of networks without warm-up whose loss did not fall (:func:`training_stall`)."""
+    stall = training_stall(result.state.history.get("train") or [])
+    if stall is None or run.cfg.method != "adamw" or not run.layout.networks or run.cfg.warmup or not result.finished:
+        return None
+    first, last = stall
+    return (f"warning: the training loss ended at {last / first:.2g}× its first epoch's ({first:.3g} -> {last:.3g}): "
+            "the networks may not have trained. A network output that passes through a saturating function "
+            "(softplus, sigmoid, exp) can be driven flat by the first AdamW steps, which move every weight by "
+            "about the learning rate at once; try --warmup 50 or a smaller --lr before reading this as the "
+            "limit of the model or of the data (docs/fit.md, --warmup)")
 
 
 _OUTLIER_SIGMAS = 5.0  # a standardized residual beyond this is reported as a likely outlier
