@@ -72,7 +72,7 @@ import pdsl  # noqa: E402
 from pdsl.fit import metrics as M  # noqa: E402
 from pdsl.fit.data import load_dataset  # noqa: E402
 from pdsl.fit.evaluate import evaluate  # noqa: E402
-from pdsl.fit.run import apply_fitted  # noqa: E402
+from pdsl.fit.run import _STALL, apply_fitted  # noqa: E402
 from pdsl.pipeline import compile_model  # noqa: E402
 from pendulum_data import (PARAMS, angle_columns, angles_to_cartesian, cartesian_columns,  # noqa: E402
                            one_chunk_per_trajectory, pdsl as run_pdsl, read_trajectories, simulate, to_angles,
@@ -269,12 +269,7 @@ def main(argv=None) -> int:
                          "own number of trajectories (default chnn=20 hnn=200 node=1600), one sub-run each in --work; "
                          "report results_chnn2_efficiency.md")
     args = ap.parse_args(argv)
-    warmups = {}
-    for item in args.warmup:
-        kind, _, n = item.partition("=")
-        if kind not in KINDS or not n.isdigit():
-            ap.error(f"--warmup {item!r}: expected KIND=EPOCHS with KIND one of {', '.join(KINDS)}")
-        warmups[kind] = int(n)
+    warmups = parse_warmups(args.warmup, ap)
     if args.efficiency is not None:
         return efficiency(args, ap, argv)
     if args.full:
@@ -469,7 +464,18 @@ def _jsonable(o):
     return o
 
 
-STALL = 0.05  # a fit whose last training loss is above this fraction of its first epoch's did not train
+STALL = _STALL  # pdsl fit's own threshold: a last training loss above this fraction of the first epoch's did not train
+
+
+def parse_warmups(items: list[str], ap, kinds=KINDS) -> dict[str, int]:
+    """``--warmup KIND=EPOCHS ...`` -> {kind: epochs} (shared with repro_gyroscope.py, whose kinds differ)."""
+    out = {}
+    for item in items:
+        kind, _, n = item.partition("=")
+        if kind not in kinds or not n.isdigit():
+            ap.error(f"--warmup {item!r}: expected KIND=EPOCHS with KIND one of {', '.join(kinds)}")
+        out[kind] = int(n)
+    return out
 
 
 def stalled(fit: dict) -> float | None:

@@ -367,12 +367,7 @@ def main(argv=None) -> int:
                          "training set; report results_gyroscope_efficiency.md")
     ap.add_argument("--base", default=None, help="with --efficiency: the work directory of the N = 800 run")
     args = ap.parse_args(argv)
-    args.warmups = {}
-    for item in args.warmup:
-        kind, _, n = item.partition("=")
-        if kind not in KINDS or not n.isdigit():
-            ap.error(f"--warmup {item!r}: expected KIND=EPOCHS with KIND one of {', '.join(KINDS)}")
-        args.warmups[kind] = int(n)
+    args.warmups = RC.parse_warmups(args.warmup, ap, KINDS)
     if args.efficiency is not None:
         return efficiency(args, ap, argv)
     if args.resume and not args.work:

@@ -1096,8 +1096,6 @@ def _lower(model: Model, options: LowerOptions) -> SymbolicSystem:
                    outputs=outputs)
 
 
-
-
 def _velocity_invariants(model: Model, system: SymbolicSystem, positions) -> tuple[Constraint, ...]:
     """A(x, t)·ẋ of each velocity constraint on bodies, with ẋ in the state (v, or M⁻¹p), for drift monitoring."""
     from .common import position_rates

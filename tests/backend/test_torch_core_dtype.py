@@ -4,6 +4,8 @@ double core. Checked against the float64 core and against the float32 tape (torc
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -15,17 +17,12 @@ from pdsl.pipeline import compile_model  # noqa: E402
 
 pytestmark = pytest.mark.skipif(compiler() is None, reason="no C compiler")
 
-CHNN = """\
-model CHNNSmall
-  space 2
-  param m[1..3] = [1.0, 1.3, 0.7] {free, lower = 0}
-  nn V: mlp(hidden = [16, 16], act = tanh)
-  body b[1..3] = point(mass = m[i])
-  link ground, b[1], length = 1.1
-  link b[i-1], b[i], length = 0.9 for i in 2..3
-  potential V(b[1].x, b[1].y, b[2].x, b[2].y, b[3].x, b[3].y)
-end
-"""
+ROOT = Path(__file__).resolve().parents[2]
+CHNN = ROOT / "benchmarks" / "models" / "chnn3.phm"  # the studies' 3-pendulum CHNN, here with 3 × 16 hidden units
+
+
+def _chnn():
+    return compile_model(CHNN, consts={"H": 16}, seed=3)
 
 
 def _states(num, B, rng):
@@ -33,9 +30,17 @@ def _states(num, B, rng):
     return 0.5 * rng.standard_normal((B, num.nx))
 
 
+def _float32_inputs(num, B, seed):
+    """(t, x, p) as float32 tensors: B random times and states, the default parameters."""
+    rng = np.random.default_rng(seed)
+    x = torch.tensor(_states(num, B, rng), dtype=torch.float32)
+    t = torch.tensor(rng.standard_normal(B), dtype=torch.float32)
+    return t, x, torch.tensor(num.p_default, dtype=torch.float32)
+
+
 def test_float32_core_is_float32_and_agrees_with_float64(monkeypatch):
     monkeypatch.setenv("PDSL_TORCH_CORE", "c")
-    c = compile_model("m.phm", text=CHNN, seed=3)
+    c = _chnn()
     rng = np.random.default_rng(0)
     B = 20
     x = _states(c.numeric, B, rng)
@@ -62,12 +67,8 @@ def test_float32_core_is_float32_and_agrees_with_float64(monkeypatch):
 
 def test_float32_core_equals_the_float32_tape(monkeypatch):
     """The same operations in float32 two ways (generated C, torch operations): equal to float32 round-off."""
-    c = compile_model("m.phm", text=CHNN, seed=3)
-    rng = np.random.default_rng(1)
-    B = 16
-    x = torch.tensor(_states(c.numeric, B, rng), dtype=torch.float32)
-    t = torch.tensor(rng.standard_normal(B), dtype=torch.float32)
-    p = torch.tensor(c.numeric.p_default, dtype=torch.float32)
+    c = _chnn()
+    t, x, p = _float32_inputs(c.numeric, 16, seed=1)
     res = {}
     for core in ("c", "tape"):
         monkeypatch.setenv("PDSL_TORCH_CORE", core)
@@ -82,12 +83,8 @@ def test_a_failed_float_build_falls_back_to_the_mixed_path(monkeypatch):
     import pdsl.backend.torch_core as tc
 
     monkeypatch.setenv("PDSL_TORCH_CORE", "c")
-    c = compile_model("m.phm", text=CHNN, seed=3)
-    rng = np.random.default_rng(2)
-    B = 8
-    x = torch.tensor(_states(c.numeric, B, rng), dtype=torch.float32)
-    t = torch.tensor(rng.standard_normal(B), dtype=torch.float32)
-    p = torch.tensor(c.numeric.p_default, dtype=torch.float32)
+    c = _chnn()
+    t, x, p = _float32_inputs(c.numeric, 8, seed=2)
     good = TorchSystem(c.system, dtype=torch.float32)
     ref = good.rhs(t, x, good.bind(p))
     real = tc._compile
