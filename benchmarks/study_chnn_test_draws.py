@@ -70,12 +70,14 @@ def main(argv=None) -> int:
     ap.add_argument("--systems", type=int, nargs="+", default=[2], choices=[2, 3])
     ap.add_argument("--draws", type=int, default=5, help="test sets drawn besides the run's own (default 5)")
     ap.add_argument("--n-test", type=int, default=100)
-    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--hidden", type=int, default=None,
+                    help="the run's network width (default 256, --full's; 16 with --quick, repro_chnn.py --quick's)")
     ap.add_argument("--quick", action="store_true", help="2 draws of 10 trajectories; report in the work directory")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     work = Path(args.work)
     draws, n_test = (2, 10) if args.quick else (args.draws, args.n_test)
+    args.hidden = args.hidden or (16 if args.quick else 256)
     out = Path(args.out) if args.out else (work / "results_chnn_test_draws_quick.md" if args.quick else OUT)
     if args.quick and out.resolve() == OUT.resolve():
         ap.error("--quick never writes the committed results file")
