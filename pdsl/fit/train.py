@@ -225,35 +225,61 @@ def _torch_params(loss: ChunkLoss, theta: np.ndarray):
     return tensors, [wd for _, _, wd in blocks]
 
 
-def _optimizer(tensors, decays, opts: TrainOptions):
-    import torch
+class _AdamW:
+    """torch's AdamW on the fit's few flat tensors, with its state kept here.
 
-    groups = [{"params": [t], "weight_decay": opts.weight_decay if wd is None else wd} for t, wd in zip(tensors, decays)]
-    return torch.optim.AdamW(groups, lr=opts.lr)
+    The update is torch's own: the functional ``torch.optim.adamw.adamw`` (single-tensor form: the arithmetic of
+    ``torch.optim.AdamW`` on the CPU, betas 0.9/0.999, eps 1e-8, one weight decay per tensor). The class
+    ``torch.optim.AdamW`` is not used because its constructor imports ``torch._dynamo`` (0.8 s of every
+    ``pdsl fit`` process on these machines, measured; the functional form does not). The state is saved under the
+    keys of torch's ``state_dict`` (``<i>.step``, ``<i>.exp_avg``, ``<i>.exp_avg_sq``), so that a checkpoint of
+    either resumes in the other; a tensor that never had a gradient has no state, as in torch."""
+
+    def __init__(self, tensors, decays, lr: float):
+        self.params, self.decays, self.lr = list(tensors), list(decays), lr
+        self.state: dict[int, dict] = {}
+
+    def zero_grad(self) -> None:
+        for t in self.params:
+            t.grad = None
+
+    def step(self) -> None:
+        import torch
+        from torch.optim.adamw import adamw as adamw_update
+
+        with torch.no_grad():
+            for i, (t, wd) in enumerate(zip(self.params, self.decays)):
+                if t.grad is None:
+                    continue
+                st = self.state.get(i)
+                if st is None:  # torch's initial state (the step counter in its scalar dtype)
+                    scalar = torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
+                    st = self.state[i] = {"step": torch.tensor(0.0, dtype=scalar),
+                                          "exp_avg": torch.zeros_like(t, memory_format=torch.preserve_format),
+                                          "exp_avg_sq": torch.zeros_like(t, memory_format=torch.preserve_format)}
+                adamw_update([t], [t.grad], [st["exp_avg"]], [st["exp_avg_sq"]], [], [st["step"]], foreach=False,
+                             capturable=False, differentiable=False, fused=None, grad_scale=None, found_inf=None,
+                             amsgrad=False, beta1=0.9, beta2=0.999, lr=self.lr, weight_decay=wd, eps=1e-8,
+                             maximize=False)
+
+    def arrays(self) -> dict:
+        return {f"{i}.{k}": v.detach().cpu().numpy().copy() for i, st in sorted(self.state.items())
+                for k, v in st.items()}
+
+    def load(self, arrays: dict) -> None:
+        import torch
+
+        for key, v in arrays.items():
+            i, _, k = key.partition(".")
+            if not (i.isdigit() and k in ("step", "exp_avg", "exp_avg_sq")):  # not optimiser state (e.g. best_theta)
+                continue
+            t = self.params[int(i)]
+            a = torch.from_numpy(np.array(v))
+            self.state.setdefault(int(i), {})[k] = a if k == "step" else a.to(dtype=t.dtype, device=t.device)
 
 
-def _save_optimizer(opt) -> dict:
-    arrays = {}
-    for i, st in opt.state_dict()["state"].items():
-        for k, v in st.items():
-            arrays[f"{i}.{k}"] = v.detach().cpu().numpy() if hasattr(v, "numpy") else np.asarray(v)
-    return arrays
-
-
-def _load_optimizer(opt, arrays: dict) -> None:
-    import torch
-
-    if not arrays:
-        return
-    sd = opt.state_dict()
-    state: dict = {}
-    for key, v in arrays.items():
-        i, _, k = key.partition(".")
-        if not (i.isdigit() and k):  # not optimiser state (e.g. best_theta)
-            continue
-        state.setdefault(int(i), {})[k] = torch.from_numpy(np.array(v))
-    sd["state"] = state
-    opt.load_state_dict(sd)
+def _optimizer(tensors, decays, opts: TrainOptions) -> _AdamW:
+    return _AdamW(tensors, [opts.weight_decay if wd is None else wd for wd in decays], opts.lr)
 
 
 def adamw(loss: ChunkLoss, train: Chunks, val: Chunks, state: State, opts: TrainOptions,
@@ -265,7 +291,7 @@ def adamw(loss: ChunkLoss, train: Chunks, val: Chunks, state: State, opts: Train
 
     tensors, decays = _torch_params(loss, np.asarray(state.theta, dtype=float))
     opt = _optimizer(tensors, decays, opts)
-    _load_optimizer(opt, state.arrays)
+    opt.load(state.arrays)
     bar = _bar(opts, state, "adamw")
     from .torch_loss import TorchChunkLoss
 
@@ -281,8 +307,7 @@ def adamw(loss: ChunkLoss, train: Chunks, val: Chunks, state: State, opts: Train
             else:
                 lr = cosine_lr(state.epoch, opts)
             lr *= warmup_factor(state.epoch, opts)
-            for group in opt.param_groups:
-                group["lr"] = lr
+            opt.lr = lr
             if opts.windows is not None:
                 train = opts.windows(state.epoch)
             order = np.random.default_rng([opts.seed, state.epoch]).permutation(len(train))
@@ -303,7 +328,7 @@ def adamw(loss: ChunkLoss, train: Chunks, val: Chunks, state: State, opts: Train
                 total += float(value.detach()) * len(part)
             state.theta = torch.cat(tensors).detach().cpu().double().numpy().copy()
             best = state.arrays.get("best_theta")
-            state.arrays = _save_optimizer(opt)
+            state.arrays = opt.arrays()
             if best is not None:
                 state.arrays["best_theta"] = best
             val_loss = loss.value(state.theta, val, opts.batch) if len(val) else float("nan")
