@@ -32,6 +32,8 @@ runs on the tape.
 
 from __future__ import annotations
 
+import math
+
 import operator
 import os
 from dataclasses import dataclass
@@ -58,15 +60,14 @@ _ACT, _DACT = ACT, DACT
 
 def _layers(nn, w: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(Wᵀ, b) per layer as views of the flat weights: W is stored column-major (fan_out × fan_in),
-    so the same numbers read row-major as (fan_in, fan_out) are Wᵀ — no copy."""
-    out, k = [], 0
+    so the same numbers read row-major as (fan_in, fan_out) are Wᵀ — no copy. One ``split`` (its backward
+    joins the layers' gradients in one pass; a slice per layer would fill and add a gradient of the whole
+    vector per layer)."""
     sizes = layer_sizes(nn)
-    for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
-        Wt = w[k : k + fan_in * fan_out].view(fan_in, fan_out)
-        k += fan_in * fan_out
-        out.append((Wt, w[k : k + fan_out]))
-        k += fan_out
-    return out
+    shapes = [s for fan_in, fan_out in zip(sizes[:-1], sizes[1:]) for s in ((fan_in, fan_out), (fan_out,))]
+    parts = torch.split(w, [math.prod(s) for s in shapes])
+    views = [part.view(s) for part, s in zip(parts, shapes)]
+    return list(zip(views[0::2], views[1::2]))
 
 
 @dataclass
@@ -572,13 +573,11 @@ class TorchSystem:
         p = p.reshape(-1)
         if p.shape[0] != self.n_p:
             raise ValueError(f"{self.system.name}: parameter vector of length {p.shape[0]}, expected {self.n_p}")
-        phys = tuple(p[: self.n_phys].unbind(0)) if self.n_phys else ()
-        layers, off = {}, self.n_phys
-        for nn in self.nets:
-            size = n_weights(nn)
-            layers[nn.name] = _layers(nn, p[off : off + size])
-            off += size
-        return Bound(p, phys, layers, masks, p[: self.n_phys])
+        sizes = [self.n_phys] + [n_weights(nn) for nn in self.nets]
+        parts = torch.split(p, sizes + [p.shape[0] - sum(sizes)]) if self.nets else (p[: self.n_phys],)
+        phys = tuple(parts[0].unbind(0)) if self.n_phys else ()
+        layers = {nn.name: _layers(nn, w) for nn, w in zip(self.nets, parts[1:])}
+        return Bound(p, phys, layers, masks, parts[0])
 
     def dropout_masks(self, rate, B: int, generator: torch.Generator) -> dict:
         """Inverted-dropout masks for a batch of B: per network, per hidden layer, entries 0 with
