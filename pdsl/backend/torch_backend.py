@@ -564,7 +564,16 @@ class TorchSystem:
             raise PdslError.at("NotYetSupported", f"{sysm.name}: its shown columns are not affine in the state",
                                sysm.span, "fit it with the CasADi backend (--backend casadi)")
         y0 = Y.xreplace({s: 0 for s in states})
-        return self._program(list(J) + list(y0))
+        # J x = s − y0 solved on the tape as the rhs's linear rows are (_solve_rows): by substitution while a row
+        # has one unknown left (p = M v with a diagonal M: one division per momentum, a position is its column),
+        # one batched dense solve for what remains
+        tape, leaves = self._tape()
+        shown = [sp.Dummy(f"s{i}") for i in range(self.nx)]
+        leaves["s"] = [tape.leaf(v) for v in shown]
+        unknowns = [sp.Dummy(f"x{i}") for i in range(self.nx)]
+        b = sp.Matrix([v - self._sub(c) for v, c in zip(shown, y0)])
+        slots = _solve_rows(tape, J.applyfunc(self._sub), b, unknowns)
+        return _Program(tape, [slots[w] for w in unknowns], leaves)
 
     # ---- evaluation
     def bind(self, p: torch.Tensor, masks: dict | None = None) -> Bound:
@@ -644,12 +653,9 @@ class TorchSystem:
     def state_from_shown(self, t, s: torch.Tensor, bound: Bound) -> torch.Tensor:
         if self._shown is None:
             return s
-        B, n = s.shape[0], self.nx
-        ctx, leaves = self._leaves(t, torch.zeros(B, n, dtype=s.dtype, device=s.device), bound, None)
-        vals = self._shown.run(ctx, leaves)
-        J = _stack_columns(vals[: n * n], B, s).reshape(B, n, n)
-        y0 = _stack_columns(vals[n * n :], B, s)
-        return torch.linalg.solve(J, (s - y0).unsqueeze(-1)).squeeze(-1)
+        ctx, leaves = self._leaves(t, s[:, :0], bound, None)  # the program reads no state
+        leaves["s"] = s.unbind(1)
+        return _stack_columns(self._shown.run(ctx, leaves), s.shape[0], s)
 
 
 def _solve_rows(tape: _Tape, A: sp.Matrix, b: sp.Matrix, unknowns: list) -> dict:
