@@ -258,8 +258,14 @@ class _Apply(torch.autograd.Function):
 class CompiledCore:
     """``rhs(t, x, bound, u)`` with the symbolic part in generated C and the networks in torch."""
 
-    def __init__(self, calls: list[_Call], funs: dict, n_phys: int, nx: int, tag: str = ""):
+    def __init__(self, calls: list[_Call], funs: dict, n_phys: int, nx: int, tag: str = "",
+                 in_columns: tuple[int, ...] | None = None):
         self.calls, self.funs, self.n_phys, self.nx, self.tag = calls, funs, n_phys, nx, tag
+        # the networks' inputs when they are state columns themselves (a CHNN's positions): taken from x as a view
+        # (a slice for a run of columns), not through f_in and its reverse in C
+        self.in_columns = in_columns
+        run = in_columns is not None and list(in_columns) == list(range(in_columns[0], in_columns[0] + len(in_columns)))
+        self._in_slice = slice(in_columns[0], in_columns[0] + len(in_columns)) if run else None
         self._built = {torch.float64: True}  # dtype -> the library of that precision is loaded (False: failed)
         offs, k = [], 0
         for c in calls:
@@ -290,7 +296,12 @@ class CompiledCore:
         t = t.expand(B) if t.dim() == 0 else t
         ys, Js = [], []
         if self.calls:
-            ins = _Apply.apply(self.funs["in"], self.funs["in_rev"], (1, 2), B, t, x, p, u)
+            if self._in_slice is not None:
+                ins = x[:, self._in_slice]
+            elif self.in_columns is not None:
+                ins = x[:, list(self.in_columns)]
+            else:
+                ins = _Apply.apply(self.funs["in"], self.funs["in_rev"], (1, 2), B, t, x, p, u)
             for c, off in zip(self.calls, self.in_offsets):
                 X = ins if c.nn.n_in == ins.shape[1] else ins[:, off : off + c.nn.n_in]
                 y, J = mlp(c.nn, bound.layers[c.nn.name], X, c.jacobian,
@@ -342,11 +353,13 @@ def build_core(system: SymbolicSystem, nets: dict, laws: dict) -> CompiledCore |
         return None  # a network fed by another network: not split here
     tag = hashlib.sha256(system.name.encode()).hexdigest()[:8]
     funs = {}
-    s_in = T.sym("s_in", ins.shape[0])
-    funs["in"] = _CFun(ca.Function(f"pdsl_in_{tag}", [t, x, p, u], [ins]), {2}, set())
-    adj = ca.jtimes(ins, ca.vertcat(x, p), s_in, True) if ins.shape[0] else T.zeros(x.shape[0] + p.shape[0], 1)
-    funs["in_rev"] = _CFun(ca.Function(f"pdsl_in_rev_{tag}", [t, x, p, u, s_in], [adj[: x.shape[0]], adj[x.shape[0] :]]),
-                           {2}, {1})
+    in_columns = _state_columns(ins, x) if registry else None
+    if in_columns is None:
+        s_in = T.sym("s_in", ins.shape[0])
+        funs["in"] = _CFun(ca.Function(f"pdsl_in_{tag}", [t, x, p, u], [ins]), {2}, set())
+        adj = ca.jtimes(ins, ca.vertcat(x, p), s_in, True) if ins.shape[0] else T.zeros(x.shape[0] + p.shape[0], 1)
+        funs["in_rev"] = _CFun(ca.Function(f"pdsl_in_rev_{tag}", [t, x, p, u, s_in],
+                                           [adj[: x.shape[0]], adj[x.shape[0] :]]), {2}, {1})
     s_out = T.sym("s_out", xdot.shape[0])
     funs["out"] = _CFun(ca.Function(f"pdsl_out_{tag}", [t, x, p, u, Y, J], [xdot]), {2}, set())
     z = ca.vertcat(x, p, Y, J)
@@ -358,4 +371,19 @@ def build_core(system: SymbolicSystem, nets: dict, laws: dict) -> CompiledCore |
         _compile(list(funs.values()), tag)
     except (OSError, subprocess.SubprocessError, RuntimeError):  # a failed build: the tape instead
         return None
-    return CompiledCore(registry, funs, len(system.params), len(system.states), tag)
+    return CompiledCore(registry, funs, len(system.params), len(system.states), tag, in_columns)
+
+
+def _state_columns(ins, x) -> tuple[int, ...] | None:
+    """The indices of the states the network inputs ``ins`` are, when each input is a state symbol itself (the
+    positions fed to a CHNN's potential); None when any input is computed (sin q, a parameter, time)."""
+    cols = []
+    for k in range(ins.shape[0]):
+        e = ins[k]
+        if not e.is_symbolic():
+            return None
+        hit = next((i for i in range(x.shape[0]) if ca.is_equal(e, x[i])), None)
+        if hit is None:
+            return None
+        cols.append(hit)
+    return tuple(cols) if cols else None

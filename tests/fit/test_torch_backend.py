@@ -54,8 +54,14 @@ model CHNNSmall
 end
 """
 
+# the potential's inputs are states in another order (and not all of them): the compiled core takes them from x
+# by index (CHNN_SMALL: a slice), without the network-input function in C
+CHNN_PERMUTED = CHNN_SMALL.replace("potential V(b[1].x, b[1].y, b[2].x, b[2].y, b[3].x, b[3].y)",
+                                   "potential V(b[3].y, b[1].x, b[2].x, b[1].y)")
+
 CASES = [
     ("chnn_small", None, CHNN_SMALL, None),  # Cartesian, multipliers by substitution, dV/dx
+    ("chnn_permuted", None, CHNN_PERMUTED, None),  # network inputs: states by index
     ("hnn3", BENCH_MODELS / "hnn3.phm", None, {"H": 4}),  # Hamilton's equations, 9-output network, Subs(Derivative)
     ("node2", BENCH_MODELS / "node2.phm", None, {"H": 4}),  # plain neural ODE
     ("double_pendulum", ROOT / "models" / "double_pendulum.phm", None, None),  # Lagrangian: dense 2x2 solve
@@ -87,6 +93,9 @@ def test_rhs_report_and_shown_map_equal_casadi(name, path, text, consts, core):
     ts = TorchSystem(c.system)
     assert ts.core == core
     assert ts.report_names == num.report_names and ts.n_p == len(num.p_names)
+    if core == "c" and name.startswith("chnn"):  # the network inputs are states: no f_in in C
+        assert ts._core.in_columns == ((0, 1, 2, 3, 4, 5) if name == "chnn_small" else (5, 0, 2, 1))
+        assert "in" not in ts._core.funs
     rng = np.random.default_rng(1)
     B = 9
     x = rng.standard_normal((B, num.nx))
@@ -134,6 +143,7 @@ def _random_chunks(num, observed, B, n, dt, rng, ts=None, p=None):
 
 @pytest.mark.parametrize("name,text,path,consts,spec", [
     ("chnn_rk4_l1", CHNN_SMALL, None, None, dict(steps=4, dt=0.03)),
+    ("chnn_permuted_rk4", CHNN_PERMUTED, None, None, dict(steps=2, dt=0.03)),
     ("chnn_euler_mse_substeps", CHNN_SMALL, None, None, dict(steps=3, dt=0.05, method="euler", substeps=2, loss="mse")),
     ("driven_rk4_weights", DRIVEN, None, None, dict(steps=3, dt=0.1, substeps=2, weights=(1.0, 0.5, 2.0))),
     ("hnn2_rk4_mse", None, BENCH_MODELS / "hnn2.phm", {"H": 3}, dict(steps=2, dt=0.03, loss="mse")),
