@@ -95,11 +95,16 @@ def tableau(method: str) -> Tableau:
         raise ValueError(f"unknown integration method {method!r}; expected one of {', '.join(METHODS)}") from None
 
 
-def explicit_rk_step(f, method: str, t, x, h):
+def _axpy(y, c, k):
+    return y + c * k
+
+
+def explicit_rk_step(f, method: str, t, x, h, axpy=_axpy):
     """``x_next`` of one step of the explicit ``method`` from its tableau, ``f(t, x) -> slope``: on anything that
     adds and scales (CasADi SX/MX with a symbolic h, numpy, torch batches with h a (B, 1) column of per-row steps).
     Zero coefficients are skipped. :func:`pdsl.numerics.torch_steps.rk_step`, the compile targets' step and
     ``pdsl evaluate --backend torch`` step with it; :func:`make_step` forms the same sums as one matrix product.
+    ``axpy(y, c, k)`` forms y + c·k (torch with a number c: one fused operation, ``torch.add(y, k, alpha=c)``).
     """
     tab = tableau(method)
     if tab.implicit:
@@ -109,12 +114,12 @@ def explicit_rk_step(f, method: str, t, x, h):
         y = x
         for j in range(i):
             if tab.a[i][j] != 0.0:
-                y = y + (h * tab.a[i][j]) * K[j]
+                y = axpy(y, h * tab.a[i][j], K[j])
         K.append(f(t + tab.c[i] * h, y))
     out = x
     for bi, k in zip(tab.b, K):
         if bi != 0.0:
-            out = out + (h * bi) * k
+            out = axpy(out, h * bi, k)
     return out
 
 

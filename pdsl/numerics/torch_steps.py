@@ -224,10 +224,15 @@ def rk_step(f: Rhs, method: str, h: float, t, x: torch.Tensor, *, p: torch.Tenso
     (:class:`ImplicitStep` binds p itself so that the gradient reaches p)."""
     tab = tableau(method)
     if not tab.implicit:
-        return explicit_rk_step(lambda s, y: f(s, y, bound), method, t, x, h)
+        return explicit_rk_step(lambda s, y: f(s, y, bound), method, t, x, h, _axpy)
     if opts.gradient == "adjoint":
         return ImplicitStep.apply(x, p, f, bind, tab, h, t, opts)
     return _combine(tab, h, x, solve_stages(f, tab, h, t, x, bound, opts))
+
+
+def _axpy(y, c, k):
+    """y + c·k: with a number c one operation (and one autograd node) instead of a scaling and a sum."""
+    return torch.add(y, k, alpha=c) if isinstance(c, (int, float)) else y + c * k
 
 
 # ---------------------------------------------------------------- steps through events
