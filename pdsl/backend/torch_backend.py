@@ -33,7 +33,6 @@ runs on the tape.
 from __future__ import annotations
 
 import math
-
 import operator
 import os
 from dataclasses import dataclass

@@ -236,8 +236,11 @@ class _AdamW:
     either resumes in the other; a tensor that never had a gradient has no state, as in torch."""
 
     def __init__(self, tensors, decays, lr: float):
+        from torch.optim.adamw import adamw
+
         self.params, self.decays, self.lr = list(tensors), list(decays), lr
         self.state: dict[int, dict] = {}
+        self._update = adamw
 
     def zero_grad(self) -> None:
         for t in self.params:
@@ -245,7 +248,6 @@ class _AdamW:
 
     def step(self) -> None:
         import torch
-        from torch.optim.adamw import adamw as adamw_update
 
         with torch.no_grad():
             for i, (t, wd) in enumerate(zip(self.params, self.decays)):
@@ -257,7 +259,7 @@ class _AdamW:
                     st = self.state[i] = {"step": torch.tensor(0.0, dtype=scalar),
                                           "exp_avg": torch.zeros_like(t, memory_format=torch.preserve_format),
                                           "exp_avg_sq": torch.zeros_like(t, memory_format=torch.preserve_format)}
-                adamw_update([t], [t.grad], [st["exp_avg"]], [st["exp_avg_sq"]], [], [st["step"]], foreach=False,
+                self._update([t], [t.grad], [st["exp_avg"]], [st["exp_avg_sq"]], [], [st["step"]], foreach=False,
                              capturable=False, differentiable=False, fused=None, grad_scale=None, found_inf=None,
                              amsgrad=False, beta1=0.9, beta2=0.999, lr=self.lr, weight_decay=wd, eps=1e-8,
                              maximize=False)

@@ -170,7 +170,7 @@ def _combine(tab: Tableau, h: float, x, K: list):
     out = x
     for bi, k in zip(tab.b, K):
         if bi != 0.0:
-            out = out + (h * bi) * k
+            out = _axpy(out, h * bi, k)
     return out
 
 
